@@ -1,0 +1,323 @@
+"""Structured configuration for every part of MegaContext, and its validation.
+
+Plain dataclasses, so the library imports without Hydra (the GPU machines have none); Hydra
+composes YAML groups from ``configs/`` on top of these schemas (see ``mc.config_loading``).
+``validate(cfg)`` checks every field and raises :class:`ConfigError` naming the key, the value
+and what is allowed, so a bad value stops a run at start-up rather than deep inside it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any
+
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cudagraphs")
+FREEZE_MODES = ("fail", "warn", "off")
+DATA_SOURCES = ("stdlib", "files", "recall")
+DEVICES = ("auto", "cpu", "cuda")
+GIST_POOLINGS = ("mean_mlp", "query")
+
+# Byte-level vocabulary: ids 0..255 are bytes, then three specials.
+BOS_ID, EOS_ID, PAD_ID = 256, 257, 258
+BYTE_VOCAB_SIZE = 259
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names key, value and what is allowed."""
+
+
+@dataclass
+class ModelConfig:
+    """The frozen base GPT (stage 1 pretrains it on LOD0 tokens)."""
+
+    vocab_size: int = BYTE_VOCAB_SIZE  # bytes + BOS/EOS/PAD
+    d_model: int = 128  # embedding width D (GistNet outputs live in this space)
+    n_layers: int = 4
+    n_heads: int = 4  # head_dim = d_model / n_heads, must be even for rotary
+    max_seq_len: int = 512  # longest LOD0 sequence stage 1 trains on
+    rope_base: float = 10000.0  # rotary base frequency
+    qk_norm: bool = True  # RMS-normalise queries and keys per head
+
+
+@dataclass
+class GistNetConfig:
+    """GistNet: K entries of one level -> one gist in the base model's embedding space."""
+
+    d_model: int = 128  # internal width (projected from/to the base model's D)
+    n_layers: int = 2
+    n_heads: int = 4
+    pooling: str = "mean_mlp"  # "mean_mlp" (mean + MLP residual) or "query" (learned query)
+
+
+@dataclass
+class LensNetConfig:
+    """LensNet: a non-causal scorer over the materialised working context."""
+
+    d_model: int = 128
+    n_layers: int = 2
+    n_heads: int = 4
+
+
+@dataclass
+class MCConfig:
+    """Shape of the gist tree and the working context, and the stage-2 objective."""
+
+    block_size: int = 32  # K: entries per gist
+    max_lod: int = 2  # coarsest level of detail kept in the tree
+    max_entries: int = 256  # working-context budget (entries, tokens and gists alike)
+    recent_tokens: int = 64  # the last tokens that always stay LOD0
+    bucket_ladder: list[int] = field(default_factory=lambda: [64, 128, 256])  # padded WC lengths
+    gist_bucket_ladder: list[int] = field(default_factory=lambda: [1, 4, 16, 64])  # blocks per GistNet call (inference)
+    history_tokens: int = 2048  # stage-2 training sequence length T (multiple of K**max_lod)
+    n_random_variants: int = 3  # random compressions per training sequence (plus one baseline)
+    lens_loss_weight: float = 1.0  # weight of the LensNet preference loss in the stage-2 total
+    pref_beta: float = 4.0  # logistic sharpness of the per-entry preference loss
+    min_loss_gap: float = 1e-3  # pairs whose loss gap is smaller carry no preference
+    freeze_base: bool = True  # stage 2 leaves the base model frozen
+
+
+@dataclass
+class AllocatorInferenceConfig:
+    """How often and how hard the allocator refocuses during an inference session."""
+
+    iterations: int = 2  # allocator iterations (LensNet calls) per refocus
+    max_edits: int = 4  # edits applied per iteration at most
+    refocus_interval: int = 32  # tokens appended between refocuses
+
+
+@dataclass
+class AllocatorConfig:
+    """Focus allocator: scores -> legal expand/collapse edits."""
+
+    expand_threshold: float = 0.2  # expand an entry whose score >= this
+    collapse_threshold: float = 0.2  # collapse K siblings whose mean score <= -this
+    cooldown: int = 2  # refocuses during which a changed entry is not flipped back
+    inference: AllocatorInferenceConfig = field(default_factory=AllocatorInferenceConfig)
+
+
+@dataclass
+class NetCompileConfig:
+    """Compile mode of one net, per context."""
+
+    train: str = "off"  # one of COMPILE_MODES
+    inference: str = "off"  # one of COMPILE_MODES
+
+
+@dataclass
+class CompileConfig:
+    """The compiled boundary: modes, warm-up, freeze and caches."""
+
+    lensnet: NetCompileConfig = field(default_factory=NetCompileConfig)
+    gistnet: NetCompileConfig = field(default_factory=NetCompileConfig)
+    fullgraph: bool = True  # a graph break is an error, never a silent split
+    recompile_limit: int = 0  # 0 = size it from buckets x modes (+ margin)
+    warmup_iters: int = 3  # calls per (bucket x mode) in warm-up (warm-up, record, replay)
+    freeze: str = "fail"  # after warm-up: "fail" = set_stance("fail_on_recompile"), "warn", "off"
+    mega_cache: str = ""  # path of a Mega-Cache to load before / save after warm-up ("" = none)
+    cudagraph_strict: bool = False  # cudagraph_or_error + no graph partition (harness strict mode)
+
+
+@dataclass
+class RecallConfig:
+    """The generated long-range recall task."""
+
+    doc_tokens: int = 2048  # length of a document in bytes/tokens
+    n_records: int = 8  # key=value records placed early in the document
+    key_len: int = 4
+    value_len: int = 4
+    records_region: float = 0.25  # records sit in the first this-fraction of the document
+
+
+@dataclass
+class DataConfig:
+    """Where training text comes from."""
+
+    source: str = "stdlib"  # "stdlib", "files" (files_glob) or "recall" (generated only)
+    files_glob: str = ""  # for source=files: a glob of .txt/.jsonl/.parquet files
+    val_fraction: float = 0.05  # share of files (by stable path hash) held out for validation
+    recall_mix: float = 0.5  # share of stage-2 sequences drawn from the recall task
+    recall: RecallConfig = field(default_factory=RecallConfig)
+
+
+@dataclass
+class StageConfig:
+    """One training stage's loop settings."""
+
+    steps: int = 200
+    batch_size: int = 8
+    grad_accum: int = 1  # micro-steps per optimizer step
+    lr: float = 3e-3
+    weight_decay: float = 0.0
+    warmup_steps: int = 20
+    eval_every: int = 50
+    eval_batches: int = 4
+    ckpt_every: int = 50
+
+
+@dataclass
+class TrainConfig:
+    device: str = "auto"  # "auto" (cuda when available), "cpu" or "cuda"
+    seed: int = 1234
+    stage1: StageConfig = field(default_factory=StageConfig)
+    stage2: StageConfig = field(default_factory=lambda: StageConfig(steps=150, batch_size=2, grad_accum=2, lr=1e-3))
+
+
+@dataclass
+class EvalConfig:
+    n_docs: int = 16  # held-out documents per evaluation source
+    doc_tokens: int = 2048  # length of each held-out document
+    tail_tokens: int = 64  # next-token loss is measured over this document tail
+
+
+@dataclass
+class TelemetryConfig:
+    jsonl: bool = True  # stream events to runs/<name>/telemetry.jsonl
+    debug: bool = False  # print a one-line summary per step
+
+
+@dataclass
+class RunConfig:
+    """The root config the workflow and the harness resolve."""
+
+    name: str = "default"  # run folder: <out_dir>/<name>
+    out_dir: str = "runs"
+    preset: str = "cpu"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    gistnet: GistNetConfig = field(default_factory=GistNetConfig)
+    lensnet: LensNetConfig = field(default_factory=LensNetConfig)
+    mc: MCConfig = field(default_factory=MCConfig)
+    allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
+    compile: CompileConfig = field(default_factory=CompileConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _fail(key: str, value: Any, allowed: str) -> None:
+    raise ConfigError(f"config {key}={value!r} is invalid: {allowed}")
+
+
+def _positive(key: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        _fail(key, value, "expected a positive integer")
+
+
+def _choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        _fail(key, value, f"expected one of {', '.join(choices)}")
+
+
+def _unit_interval(key: str, value: Any, *, closed: bool = True) -> None:
+    ok = isinstance(value, (int, float)) and (0.0 <= value <= 1.0 if closed else 0.0 < value < 1.0)
+    if not ok:
+        _fail(key, value, "expected a number in [0, 1]" if closed else "expected a number in (0, 1)")
+
+
+def validate(cfg: RunConfig) -> RunConfig:
+    """Check every field; return ``cfg`` unchanged or raise :class:`ConfigError`."""
+    m = cfg.model
+    for k in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len"):
+        _positive(f"model.{k}", getattr(m, k))
+    if m.d_model % m.n_heads or (m.d_model // m.n_heads) % 2:
+        _fail("model.n_heads", m.n_heads, f"d_model ({m.d_model}) / n_heads must be an even integer for rotary")
+    for net in ("gistnet", "lensnet"):
+        n = getattr(cfg, net)
+        for k in ("d_model", "n_layers", "n_heads"):
+            _positive(f"{net}.{k}", getattr(n, k))
+        if n.d_model % n.n_heads:
+            _fail(f"{net}.n_heads", n.n_heads, f"must divide {net}.d_model ({n.d_model})")
+    _choice("gistnet.pooling", cfg.gistnet.pooling, GIST_POOLINGS)
+
+    mc = cfg.mc
+    for k in ("block_size", "max_lod", "max_entries", "recent_tokens", "history_tokens"):
+        _positive(f"mc.{k}", getattr(mc, k))
+    if mc.block_size < 2:
+        _fail("mc.block_size", mc.block_size, "expected K >= 2")
+    if mc.n_random_variants < 1:
+        _fail("mc.n_random_variants", mc.n_random_variants, "expected >= 1 (pairs need two variants)")
+    top = mc.block_size ** mc.max_lod
+    if mc.history_tokens % top:
+        _fail("mc.history_tokens", mc.history_tokens, f"must be a multiple of block_size**max_lod = {top}")
+    if mc.recent_tokens >= mc.max_entries:
+        _fail("mc.recent_tokens", mc.recent_tokens, f"must be smaller than mc.max_entries ({mc.max_entries})")
+    for key in ("bucket_ladder", "gist_bucket_ladder"):
+        ladder = list(getattr(mc, key))
+        if not ladder or any(not isinstance(b, int) or b <= 0 for b in ladder) or ladder != sorted(set(ladder)):
+            _fail(f"mc.{key}", ladder, "expected a non-empty, strictly increasing list of positive integers")
+    if mc.bucket_ladder[-1] < mc.max_entries:
+        _fail("mc.bucket_ladder", list(mc.bucket_ladder), f"the largest bucket must be >= mc.max_entries ({mc.max_entries})")
+    for k in ("lens_loss_weight", "pref_beta", "min_loss_gap"):
+        if getattr(mc, k) < 0:
+            _fail(f"mc.{k}", getattr(mc, k), "expected a number >= 0")
+
+    al = cfg.allocator
+    for k in ("expand_threshold", "collapse_threshold"):
+        v = getattr(al, k)
+        if not isinstance(v, (int, float)) or not 0.0 <= v < 1.0:
+            _fail(f"allocator.{k}", v, "expected a number in [0, 1) (scores are tanh outputs)")
+    if not isinstance(al.cooldown, int) or al.cooldown < 0:
+        _fail("allocator.cooldown", al.cooldown, "expected an integer >= 0")
+    for k in ("iterations", "max_edits", "refocus_interval"):
+        _positive(f"allocator.inference.{k}", getattr(al.inference, k))
+
+    c = cfg.compile
+    for net in ("lensnet", "gistnet"):
+        for ctx in ("train", "inference"):
+            _choice(f"compile.{net}.{ctx}", getattr(getattr(c, net), ctx), COMPILE_MODES)
+    _choice("compile.freeze", c.freeze, FREEZE_MODES)
+    if not isinstance(c.recompile_limit, int) or c.recompile_limit < 0:
+        _fail("compile.recompile_limit", c.recompile_limit, "expected an integer >= 0 (0 = automatic)")
+    if not isinstance(c.warmup_iters, int) or c.warmup_iters < 3:
+        _fail("compile.warmup_iters", c.warmup_iters, "expected >= 3 (CUDA graph trees warm up, record, then replay)")
+
+    d = cfg.data
+    _choice("data.source", d.source, DATA_SOURCES)
+    if d.source == "files" and not d.files_glob:
+        _fail("data.files_glob", d.files_glob, "data.source=files needs a glob of .txt/.jsonl/.parquet files")
+    _unit_interval("data.val_fraction", d.val_fraction, closed=False)
+    _unit_interval("data.recall_mix", d.recall_mix)
+    r = d.recall
+    for k in ("doc_tokens", "n_records", "key_len", "value_len"):
+        _positive(f"data.recall.{k}", getattr(r, k))
+    _unit_interval("data.recall.records_region", r.records_region, closed=False)
+
+    t = cfg.train
+    _choice("train.device", t.device, DEVICES)
+    for stage in ("stage1", "stage2"):
+        s = getattr(t, stage)
+        for k in ("batch_size", "grad_accum", "eval_every", "eval_batches", "ckpt_every"):
+            _positive(f"train.{stage}.{k}", getattr(s, k))
+        if not isinstance(s.steps, int) or s.steps < 0:
+            _fail(f"train.{stage}.steps", s.steps, "expected an integer >= 0")
+        if not s.lr > 0:
+            _fail(f"train.{stage}.lr", s.lr, "expected a number > 0")
+    e = cfg.eval
+    for k in ("n_docs", "doc_tokens", "tail_tokens"):
+        _positive(f"eval.{k}", getattr(e, k))
+    if e.tail_tokens > mc.recent_tokens:
+        _fail("eval.tail_tokens", e.tail_tokens, f"must be <= mc.recent_tokens ({mc.recent_tokens}) so the tail is LOD0")
+    return cfg
+
+
+def to_dict(obj: Any) -> Any:
+    """A plain, JSON-serialisable dict of a config dataclass (for hashing and run folders)."""
+    if is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    return obj
+
+
+def from_dict(cls: type, data: dict) -> Any:
+    """Build a config dataclass from a (possibly partial) nested dict; unknown keys are errors."""
+    known = {f.name: f for f in fields(cls)}
+    kwargs = {}
+    for key, value in (data or {}).items():
+        if key not in known:
+            raise ConfigError(f"unknown config key {cls.__name__}.{key}; known keys: {', '.join(sorted(known))}")
+        default = getattr(cls(), key)
+        kwargs[key] = from_dict(type(default), value) if is_dataclass(default) else value
+    return cls(**kwargs)

@@ -1,0 +1,139 @@
+"""Resolve a :class:`mc.config.RunConfig` from ``configs/`` with Hydra, plus the workflow flags.
+
+Hydra composes the YAML groups over the dataclass schema; OmegaConf type-checks every value;
+``mc.config.validate`` checks ranges and cross-field rules. Any failure becomes a
+:class:`ConfigError` naming the key and value. The run10-style flags (``--mc_compile_lensnet=1``
+...) are parsed here too, so the workflow, the harness and the tests share one parser.
+
+Hydra is imported lazily: the library itself (and the GPU machines, which have no Hydra) only
+needs the dataclasses.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from mc.config import COMPILE_MODES, ConfigError, RunConfig, to_dict, validate
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+# run10.sh flag -> the config keys it switches on (set to the --compile_mode value).
+COMPILE_FLAGS: dict[str, tuple[str, ...]] = {
+    "mc_compile_lensnet": ("compile.lensnet.train",),
+    "mc_compile_lensnet_inference": ("compile.lensnet.inference",),
+    "mc_compile_gistnet": ("compile.gistnet.train", "compile.gistnet.inference"),
+}
+VALUE_FLAGS = ("preset", "compile_mode", "name", "stages", "force")
+BOOL_VALUES = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+
+
+@dataclass
+class WorkflowArgs:
+    """What run10.sh / the harness were asked for, before Hydra resolves it."""
+
+    preset: str | None = None
+    compile_flags: dict[str, bool] = field(default_factory=dict)
+    compile_mode: str = "reduce-overhead"
+    name: str | None = None
+    stages: str | None = None  # comma list of stages to run (default: all)
+    force: str | None = None  # comma list of stages to redo even when their outputs exist
+    overrides: list[str] = field(default_factory=list)  # Hydra key=value overrides, verbatim
+
+    @property
+    def any_compile(self) -> bool:
+        return any(self.compile_flags.values())
+
+    def hydra_overrides(self) -> list[str]:
+        """Everything as Hydra overrides: preset first, then flags, then the user's own (which win)."""
+        out: list[str] = []
+        if self.preset:
+            out.append(f"preset={self.preset}")
+        if self.name:
+            out.append(f"name={self.name}")
+        for flag, on in self.compile_flags.items():
+            if on:
+                out += [f"{key}={self.compile_mode}" for key in COMPILE_FLAGS[flag]]
+        return out + list(self.overrides)
+
+
+def parse_workflow_args(argv: Sequence[str]) -> WorkflowArgs:
+    """Parse ``--flag=V``, ``--flag V`` and ``key=value`` arguments; raise ConfigError on bad ones."""
+    args = WorkflowArgs()
+    items = list(argv)
+    i = 0
+    while i < len(items):
+        item = items[i]
+        i += 1
+        if item.startswith("--"):
+            name, eq, value = item[2:].partition("=")
+            name = name.replace("-", "_")
+            if name not in COMPILE_FLAGS and name not in VALUE_FLAGS:
+                known = ", ".join(f"--{n}" for n in (*COMPILE_FLAGS, *VALUE_FLAGS))
+                raise ConfigError(f"unknown flag --{name}; known flags: {known}, --help; "
+                                  "config values go as key=value (e.g. allocator.inference.iterations=3)")
+            if not eq:
+                if i >= len(items) or items[i].startswith("--"):
+                    raise ConfigError(f"flag --{name} needs a value (--{name}=VALUE or --{name} VALUE)")
+                value = items[i]
+                i += 1
+            if name in COMPILE_FLAGS:
+                if value.lower() not in BOOL_VALUES:
+                    raise ConfigError(f"flag --{name}={value!r} is invalid: expected 1 or 0 (also true/false, yes/no, on/off)")
+                args.compile_flags[name] = BOOL_VALUES[value.lower()]
+            elif name == "compile_mode":
+                if value not in COMPILE_MODES or value == "off":
+                    allowed = ", ".join(m for m in COMPILE_MODES if m != "off")
+                    raise ConfigError(f"flag --compile_mode={value!r} is invalid: expected one of {allowed}")
+                args.compile_mode = value
+            else:
+                setattr(args, name, value)
+        elif "=" in item:
+            args.overrides.append(item)
+        else:
+            raise ConfigError(f"unexpected argument {item!r}: use --flag=VALUE or a Hydra override key=value")
+    return args
+
+
+def load_config(overrides: Sequence[str] = (), config_dir: Path | str = CONFIG_DIR) -> RunConfig:
+    """Compose ``configs/config.yaml`` with ``overrides`` and return a validated RunConfig."""
+    try:
+        from hydra import compose, initialize_config_dir
+        from hydra.core.config_store import ConfigStore
+        from hydra.core.global_hydra import GlobalHydra
+        from omegaconf import OmegaConf
+        from omegaconf.errors import OmegaConfBaseException
+    except ImportError as exc:  # pragma: no cover - exercised only where hydra is missing
+        raise ConfigError("hydra-core is not installed: `pip install hydra-core` (or use mc.config.RunConfig directly)") from exc
+    from hydra.errors import HydraException
+
+    ConfigStore.instance().store(name="mc_schema", node=RunConfig)
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base=None):
+            composed = compose(config_name="config", overrides=list(overrides))
+        cfg = OmegaConf.to_object(composed)
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        detail = str(exc)
+        if exc.__cause__ is not None:  # Hydra wraps OmegaConf's message (which names the key and type)
+            detail += f": {exc.__cause__}"
+        raise ConfigError(f"could not resolve the config with overrides {list(overrides)}: {detail}") from exc
+    finally:
+        GlobalHydra.instance().clear()
+    return validate(cfg)
+
+
+def config_hash(cfg: RunConfig) -> str:
+    """A stable short hash of the resolved config (the harness verdict is keyed on it)."""
+    payload = json.dumps(to_dict(cfg), sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def compile_hash(cfg: RunConfig) -> str:
+    """Hash of the parts of the config the compiled boundary depends on (not the run's name or step counts)."""
+    d = to_dict(cfg)
+    keep = {k: d[k] for k in ("model", "gistnet", "lensnet", "mc", "allocator", "compile")}
+    keep["train"] = {"device": d["train"]["device"], "stage2_batch": d["train"]["stage2"]["batch_size"]}
+    return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()[:16]

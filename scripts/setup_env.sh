@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Shared set-up for scripts/test.sh and run10.sh: make sure a Python environment with the
+# project installed exists, and print the python to use on stdout (everything else -> stderr).
+#   - an active virtual environment ($VIRTUAL_ENV) is used as it is;
+#   - otherwise .venv/ in the repo root is created on first use.
+# torch is pinned by constraints.txt (the CPU build on the project's machines); the install is
+# skipped when the environment already satisfies the project (marker keyed on pyproject+constraints).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+extras="${MC_EXTRAS:-dev}"
+if [ -n "${VIRTUAL_ENV:-}" ]; then
+  py="$VIRTUAL_ENV/bin/python"
+else
+  if [ ! -x "$root/.venv/bin/python" ]; then
+    echo "[setup] creating $root/.venv" >&2
+    python3 -m venv "$root/.venv" >&2
+  fi
+  py="$root/.venv/bin/python"
+fi
+stamp_src="$(cat "$root/pyproject.toml" "$root/constraints.txt"; echo "$extras")"
+stamp="$(printf '%s' "$stamp_src" | sha256sum | cut -c1-16)"
+marker="$("$py" -c 'import sys; print(sys.prefix)')/.mc_installed_$stamp"
+if [ ! -f "$marker" ]; then
+  echo "[setup] installing mc[$extras] with $root/constraints.txt (torch pinned)" >&2
+  "$py" -m pip install -q --disable-pip-version-check -c "$root/constraints.txt" -e "$root[$extras]" >&2
+  touch "$marker"
+fi
+echo "$py"

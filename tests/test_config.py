@@ -1,0 +1,86 @@
+"""Config schema, Hydra composition, validation errors and the workflow flag parser."""
+import pytest
+
+from mc.config import ConfigError, RunConfig, from_dict, to_dict, validate
+from mc.config_loading import compile_hash, config_hash, load_config, parse_workflow_args
+
+
+def test_defaults_validate():
+    cfg = validate(RunConfig())
+    assert cfg.mc.block_size == 32
+
+
+def test_hydra_default_and_override():
+    cfg = load_config(["allocator.inference.iterations=3"])
+    assert isinstance(cfg, RunConfig)
+    assert cfg.allocator.inference.iterations == 3
+    assert cfg.compile.lensnet.train == "off"
+
+
+@pytest.mark.parametrize("preset", ["smoke", "cpu", "h100"])
+def test_presets_resolve(preset):
+    cfg = load_config([f"preset={preset}"])
+    assert cfg.preset == preset
+
+
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("model.d_model=abc", "model.d_model"),
+        ("compile.freeze=maybe", "compile.freeze"),
+        ("compile.lensnet.train=fast", "compile.lensnet.train"),
+        ("mc.block_size=1", "mc.block_size"),
+        ("mc.recent_tokens=100000", "mc.recent_tokens"),
+        ("mc.bucket_ladder=[8,4]", "mc.bucket_ladder"),
+        ("allocator.expand_threshold=1.5", "allocator.expand_threshold"),
+        ("compile.warmup_iters=2", "compile.warmup_iters"),
+        ("data.source=web", "data.source"),
+        ("nope=1", "nope"),
+        ("preset=zzz", "preset/zzz"),
+    ],
+)
+def test_bad_values_name_the_key(override, needle):
+    with pytest.raises(ConfigError) as info:
+        load_config([override])
+    assert needle in str(info.value)
+
+
+def test_dict_round_trip_and_hashes():
+    cfg = RunConfig()
+    again = from_dict(RunConfig, to_dict(cfg))
+    assert again == cfg
+    assert config_hash(cfg) == config_hash(again)
+    other = RunConfig()
+    other.name = "elsewhere"
+    assert compile_hash(other) == compile_hash(cfg)  # the run's name does not change the compiled boundary
+    other.mc.max_entries = 128
+    other.mc.bucket_ladder = [64, 128]
+    assert compile_hash(other) != compile_hash(cfg)
+    with pytest.raises(ConfigError, match="unknown config key"):
+        from_dict(RunConfig, {"modle": {}})
+
+
+def test_workflow_flags():
+    args = parse_workflow_args(["--preset", "smoke", "--mc_compile_lensnet=1", "--mc_compile_lensnet_inference", "1",
+                                "allocator.inference.iterations=3"])
+    assert args.preset == "smoke" and args.any_compile
+    over = args.hydra_overrides()
+    assert over[0] == "preset=smoke"
+    assert "compile.lensnet.train=reduce-overhead" in over
+    assert "compile.lensnet.inference=reduce-overhead" in over
+    assert over[-1] == "allocator.inference.iterations=3"  # the user's overrides come last and win
+    cfg = load_config(over)
+    assert cfg.compile.lensnet.inference == "reduce-overhead" and cfg.compile.gistnet.train == "off"
+    assert not parse_workflow_args(["--mc_compile_gistnet=0"]).any_compile
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--mc_compile_lensnet=maybe"], "expected 1 or 0"),
+    (["--mc_compile_lensnet"], "needs a value"),
+    (["--frobnicate=1"], "unknown flag"),
+    (["--compile_mode=turbo"], "--compile_mode"),
+    (["stray"], "unexpected argument"),
+])
+def test_bad_flags(argv, needle):
+    with pytest.raises(ConfigError, match=needle):
+        parse_workflow_args(argv)
