@@ -1,0 +1,222 @@
+"""Token batches for training and evaluation: random windows, sources, and the stage-2 mix.
+
+* :class:`TokenStream` views a :class:`~mc.data.documents.DocumentSet` as one cyclic stream of
+  ``[BOS] doc [EOS] [BOS] doc [EOS] ...`` and cuts ``[B, T]`` windows at random offsets drawn
+  from a ``torch.Generator``, so a window may span several short documents (stream style) and
+  only the documents it touches are read.
+* A *source* (:class:`CorpusSource` over stdlib/local files, :class:`RecallSource` generating
+  recall documents) has ``sample_batch(batch_size, seq_len, generator) -> LongTensor [B, T]``;
+  :func:`make_source` builds one from a :class:`~mc.config.DataConfig`.
+* :class:`Stage2Sampler` mixes recall documents (share ``recall_mix``) with corpus windows and
+  returns per-row metadata (:class:`Stage2Batch`) for the stage-2 loss and evaluation.
+
+Everything is deterministic for a given generator state; no global RNG is touched.
+"""
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from mc.config import DataConfig, RecallConfig
+from mc.data.documents import DocumentSet
+from mc.data.local_files import load_documents
+from mc.data.recall import RecallDoc, make_recall_doc, recall_batch
+from mc.data.split import check_split, stable_fraction
+from mc.data.stdlib_corpus import relative_key, stdlib_files, stdlib_root
+
+
+def _check_shape(batch_size: int, seq_len: int) -> None:
+    for name, v in (("batch_size", batch_size), ("seq_len", seq_len)):
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise ValueError(f"{name}={v!r} is invalid: expected a positive integer")
+
+
+class TokenStream:
+    """Documents concatenated into one cyclic token stream; windows at random offsets."""
+
+    def __init__(self, docs: DocumentSet):
+        if len(docs) == 0:
+            raise ValueError(f"corpus {docs.name!r} has no documents; nothing to sample")
+        self.docs = docs
+        self.starts = [0]  # stream offset of each document's BOS
+        for i in range(len(docs)):
+            self.starts.append(self.starts[-1] + docs.num_tokens(i))
+        self.total = self.starts.pop()
+
+    def window(self, start: int, seq_len: int) -> Tensor:
+        """``[seq_len]`` long: stream tokens from ``start``, wrapping to the start when needed."""
+        out = torch.empty(seq_len, dtype=torch.long)
+        filled = 0
+        pos = start % self.total
+        doc = bisect.bisect_right(self.starts, pos) - 1
+        while filled < seq_len:
+            toks = self.docs.tokens(doc)
+            off = pos - self.starts[doc]
+            take = min(len(toks) - off, seq_len - filled)
+            out[filled:filled + take] = toks[off:off + take]
+            filled += take
+            doc = (doc + 1) % len(self.docs)
+            pos = self.starts[doc]
+        return out
+
+    def sample_batch(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None) -> Tensor:
+        """``[B, T]`` long windows at uniform random offsets (no wrap when the stream is long enough)."""
+        _check_shape(batch_size, seq_len)
+        high = self.total - seq_len + 1 if self.total >= seq_len else self.total
+        starts = torch.randint(0, high, (batch_size,), generator=generator).tolist()
+        return torch.stack([self.window(s, seq_len) for s in starts])
+
+
+class TokenSource(Protocol):
+    name: str
+    split: str
+
+    def sample_batch(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None) -> Tensor: ...
+
+    def fingerprint(self) -> dict: ...
+
+
+class CorpusSource:
+    """Random windows from one split of a document corpus (stdlib or local files)."""
+
+    def __init__(self, docs: DocumentSet, split: str, val_fraction: float):
+        check_split(split)
+        self.split = split
+        self.all_docs = docs
+        self.docs = docs.split(split, val_fraction)
+        self.name = docs.name
+        self.stream = TokenStream(self.docs)
+
+    def sample_batch(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None) -> Tensor:
+        return self.stream.sample_batch(batch_size, seq_len, generator)
+
+    def fingerprint(self) -> dict:
+        """Fingerprint of the whole corpus (both splits) plus this split's size."""
+        fp = dict(self.all_docs.fingerprint())
+        fp.update(source=self.name, split=self.split, split_docs=len(self.docs), split_bytes=self.docs.total_bytes())
+        return fp
+
+
+def _recall_seed(split: str, k: int) -> int:
+    # train and val draw from disjoint seed namespaces, so no held-out document is trained on
+    return int(stable_fraction(f"recall:{split}:{k}") * 2**62)
+
+
+class RecallSource:
+    """Generated recall documents; document ``k`` of a split is fixed (see :meth:`doc`)."""
+
+    def __init__(self, cfg: RecallConfig, split: str):
+        check_split(split)
+        self.cfg = cfg
+        self.split = split
+        self.name = "recall"
+
+    def doc(self, k: int, seq_len: int | None = None) -> RecallDoc:
+        """The ``k``-th document of this split (length ``seq_len``, default ``cfg.doc_tokens``)."""
+        cfg = self.cfg if seq_len is None else dataclasses.replace(self.cfg, doc_tokens=seq_len)
+        return make_recall_doc(cfg, _recall_seed(self.split, k))
+
+    def sample_docs(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None):
+        _check_shape(batch_size, seq_len)
+        ks = torch.randint(0, 2**31 - 1, (batch_size,), generator=generator).tolist()
+        cfg = dataclasses.replace(self.cfg, doc_tokens=seq_len)
+        return recall_batch(cfg, [_recall_seed(self.split, k) for k in ks])
+
+    def sample_batch(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None) -> Tensor:
+        return self.sample_docs(batch_size, seq_len, generator).ids
+
+    def fingerprint(self) -> dict:
+        return {"source": "recall", "split": self.split, **dataclasses.asdict(self.cfg)}
+
+
+def make_source(cfg: DataConfig, split: str, *, max_files: int | None = None):
+    """The source ``cfg.source`` ("stdlib", "files" or "recall") for ``split`` ("train"/"val").
+
+    ``max_files`` caps the stdlib corpus (first files in sorted order) for quick runs and tests.
+    """
+    check_split(split)
+    if cfg.source == "stdlib":
+        root = stdlib_root()
+        paths = stdlib_files(root, max_files=max_files)
+        docs = DocumentSet.from_paths(paths, [relative_key(p, root) for p in paths], name="stdlib")
+        return CorpusSource(docs, split, cfg.val_fraction)
+    if cfg.source == "files":
+        found = load_documents(cfg.files_glob)
+        docs = DocumentSet.from_texts([d.key for d in found], [d.text for d in found], name=f"files:{cfg.files_glob}")
+        return CorpusSource(docs, split, cfg.val_fraction)
+    if cfg.source == "recall":
+        return RecallSource(cfg.recall, split)
+    raise ValueError(f"data.source={cfg.source!r} is invalid: expected one of stdlib, files, recall")
+
+
+def sample_batch(source, seq_len: int, batch_size: int, generator: torch.Generator | None = None) -> Tensor:
+    """``[batch_size, seq_len]`` long from any source (contract spelling of ``source.sample_batch``)."""
+    return source.sample_batch(batch_size, seq_len, generator)
+
+
+@dataclass
+class Stage2Batch:
+    """A stage-2 batch; span tensors are ``[B]`` long and -1 on corpus rows."""
+
+    tokens: Tensor        # [B, T] long
+    is_recall: Tensor     # [B] bool
+    query_start: Tensor   # [B] first token of "KEY?"
+    answer_start: Tensor  # [B] answer span = the last value_len tokens
+    answer_end: Tensor    # [B]
+    record_start: Tensor  # [B] span of the queried "KEY=VALUE" record
+    record_end: Tensor    # [B]
+    recall_docs: list[RecallDoc | None]
+
+
+class Stage2Sampler:
+    """Rows ``[0, n_recall)`` are recall documents, the rest corpus windows, all of length T.
+
+    ``n_recall = floor(B * recall_mix)`` plus one more with probability equal to the fraction
+    left over, so the expected share is exactly ``recall_mix`` even for B = 1 or 2.
+    """
+
+    def __init__(self, corpus, recall_cfg: RecallConfig, recall_mix: float, split: str):
+        if not 0.0 <= recall_mix <= 1.0:
+            raise ValueError(f"recall_mix={recall_mix!r} is invalid: expected a number in [0, 1]")
+        check_split(split)
+        self.corpus = corpus
+        self.recall = RecallSource(recall_cfg, split)
+        self.recall_mix = float(recall_mix)
+
+    def sample(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None) -> Stage2Batch:
+        _check_shape(batch_size, seq_len)
+        exact = batch_size * self.recall_mix
+        n_recall = int(exact)
+        frac = exact - n_recall
+        if frac > 0 and torch.rand((), generator=generator).item() < frac:
+            n_recall += 1
+        n_corpus = batch_size - n_recall
+        neg = torch.full((batch_size,), -1, dtype=torch.long)
+        query, a0, a1, r0, r1 = (neg.clone() for _ in range(5))
+        rows: list[Tensor] = []
+        docs: list[RecallDoc | None] = [None] * batch_size
+        if n_recall:
+            rb = self.recall.sample_docs(n_recall, seq_len, generator)
+            rows.append(rb.ids)
+            for t, src in ((query, rb.query_start), (a0, rb.answer_start), (a1, rb.answer_end),
+                           (r0, rb.record_start), (r1, rb.record_end)):
+                t[:n_recall] = src
+            docs[:n_recall] = rb.docs
+        if n_corpus:
+            rows.append(self.corpus.sample_batch(n_corpus, seq_len, generator))
+        is_recall = torch.zeros(batch_size, dtype=torch.bool)
+        is_recall[:n_recall] = True
+        return Stage2Batch(tokens=torch.cat(rows), is_recall=is_recall, query_start=query,
+                           answer_start=a0, answer_end=a1, record_start=r0, record_end=r1, recall_docs=docs)
+
+
+def make_stage2_sampler(cfg: DataConfig, split: str, *, max_files: int | None = None) -> Stage2Sampler:
+    """Stage-2 mix for ``cfg``; with ``source=recall`` every row is a recall document."""
+    if cfg.source == "recall":
+        return Stage2Sampler(None, cfg.recall, 1.0, split)
+    return Stage2Sampler(make_source(cfg, split, max_files=max_files), cfg.recall, cfg.recall_mix, split)

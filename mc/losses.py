@@ -1,0 +1,146 @@
+"""Stage-2 objectives: the shared-tail next-token loss, and LensNet's pairwise preference loss.
+
+Everything here is vectorised on the device: no ``.item()``, no Python loop over entries or pairs.
+
+Shared-tail loss. Every variant of a training sequence keeps the last ``recent_tokens`` tokens at
+LOD0 (the recent-tail invariant), so the predictions of tail tokens 2..R from their LOD0
+predecessors exist in every variant: comparing variants on exactly those positions is fair.
+Gist positions predict nothing.
+
+Preference loss. For two variants a, b of one sequence with tail losses l_a < l_b, a is
+preferred. Map both to the token axis (``lod_map``: the LOD covering each token) and take
+``delta[t] = lod_b[t] - lod_a[t]``: positive where the preferred variant keeps *more* detail.
+For every entry e of either variant the target is ``sign(mean(delta over e's span))``: +1 asks
+LensNet to expand there, -1 to collapse, 0 (no difference) carries no signal. The per-entry
+logistic (Bradley-Terry) loss is ``softplus(-beta * target * score)``, i.e. ``-log P`` with
+``P = sigmoid(beta * target * score)``, weighted by the pair's loss gap (normalised by the mean
+gap of the batch, detached) so that confident preferences count more.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from mc.gpt import next_token_loss
+
+
+def tail_loss_mask(lengths_r: Tensor, width: int, recent_tokens: int) -> Tensor:
+    """``[R, W]`` bool: True at target positions whose prediction every variant shares.
+
+    Row r's real entries are ``[0, lengths_r[r])`` and its last ``recent_tokens`` entries are the
+    LOD0 tail. Target j is predicted from position j-1, so targets ``[len-R+1, len)`` have a LOD0
+    predecessor inside the tail in every variant.
+    """
+    j = torch.arange(width, device=lengths_r.device)  # [W]
+    first = (lengths_r - recent_tokens + 1).unsqueeze(1)  # [R, 1]
+    return (j.unsqueeze(0) >= first) & (j.unsqueeze(0) < lengths_r.unsqueeze(1))
+
+
+def shared_tail_loss(logits_rwv: Tensor, token_ids_rw: Tensor, lengths_r: Tensor, recent_tokens: int) -> Tensor:
+    """Per-row mean next-token loss over the shared LOD0 tail: ``[R]``.
+
+    ``logits_rwv[:, i]`` predicts ``token_ids_rw[:, i + 1]``; the shift happens here.
+    """
+    r, w, _ = logits_rwv.shape
+    if token_ids_rw.shape != (r, w) or lengths_r.shape != (r,):
+        raise ValueError(f"shared_tail_loss: logits {tuple(logits_rwv.shape)}, token_ids {tuple(token_ids_rw.shape)}, "
+                         f"lengths {tuple(lengths_r.shape)} do not agree on [R, W]")
+    if recent_tokens < 2:
+        raise ValueError(f"shared_tail_loss needs recent_tokens >= 2 (got {recent_tokens}): the tail must hold a prediction")
+    return next_token_loss(logits_rwv, token_ids_rw, tail_loss_mask(lengths_r, w, recent_tokens), reduction="per_row")
+
+
+@dataclass
+class PreferenceResult:
+    loss: Tensor  # 0-d, differentiable w.r.t. the scores
+    accuracy: Tensor  # 0-d: share of active entries whose score sign matches the target
+    active_entries: Tensor  # 0-d: entries that carried a preference (float)
+    active_pairs: Tensor  # 0-d: pairs whose loss gap passed min_gap (float)
+
+
+def pair_indices(n_variants: int, device=None) -> tuple[Tensor, Tensor]:
+    """All unordered pairs (i < j) of ``n_variants``: two ``[P]`` long tensors."""
+    i, j = torch.triu_indices(n_variants, n_variants, offset=1, device=device)
+    return i, j
+
+
+def entry_spans(positions: Tensor, lods: Tensor, block_size: int) -> tuple[Tensor, Tensor]:
+    """Start and width (long) of each entry from its centre position and LOD (same shape as inputs)."""
+    width = torch.pow(torch.full_like(lods, block_size), lods)  # K ** lod, elementwise on the device
+    start = torch.round(positions - (width.to(positions.dtype) - 1) / 2).to(torch.long)
+    return start, width
+
+
+def preference_loss(
+    scores_bvw: Tensor,
+    mask_bvw: Tensor,
+    positions_bvw: Tensor,
+    lods_bvw: Tensor,
+    lod_map_bvt: Tensor,
+    losses_bv: Tensor,
+    *,
+    block_size: int,
+    beta: float,
+    min_gap: float,
+) -> PreferenceResult:
+    """Per-entry Bradley-Terry loss from all variant pairs of every sequence (see module doc).
+
+    Shapes: B sequences, V variants each, W padded entries, T history tokens.
+    ``scores_bvw`` are LensNet's tanh scores; ``mask_bvw`` True for real entries;
+    ``lod_map_bvt`` the LOD covering each token; ``losses_bv`` the shared-tail losses (detached here).
+    """
+    b, v, w = scores_bvw.shape
+    t = lod_map_bvt.shape[-1]
+    for name, x in (("mask", mask_bvw), ("positions", positions_bvw), ("lods", lods_bvw)):
+        if x.shape != (b, v, w):
+            raise ValueError(f"preference_loss: {name} has shape {tuple(x.shape)}, expected {(b, v, w)}")
+    if lod_map_bvt.shape[:2] != (b, v) or losses_bv.shape != (b, v):
+        raise ValueError(f"preference_loss: lod_map {tuple(lod_map_bvt.shape)} / losses {tuple(losses_bv.shape)} "
+                         f"do not match [B={b}, V={v}, T]")
+    if v < 2:
+        raise ValueError("preference_loss needs at least two variants per sequence")
+    dev = scores_bvw.device
+    losses = losses_bv.detach().float()
+    pi, pj = pair_indices(v, dev)  # [P]
+    gap = losses[:, pj] - losses[:, pi]  # [B, P]: > 0 means variant i is preferred
+    pref = torch.where(gap > 0, pi, pj)  # [B, P] preferred variant
+    other = torch.where(gap > 0, pj, pi)
+    valid = gap.abs() >= min_gap  # [B, P]
+    weight = gap.abs() * valid
+    weight = weight / (weight.sum() / valid.sum().clamp_min(1)).clamp_min(1e-8)  # mean valid weight = 1
+
+    lod_map = lod_map_bvt.to(torch.float32)
+    pref_map = torch.gather(lod_map, 1, pref.unsqueeze(-1).expand(b, pref.shape[1], t))  # [B, P, T]
+    other_map = torch.gather(lod_map, 1, other.unsqueeze(-1).expand(b, other.shape[1], t))
+    delta = other_map - pref_map  # > 0 where the preferred variant is finer
+    csum = F.pad(torch.cumsum(delta, dim=-1), (1, 0))  # [B, P, T+1]
+
+    sides = torch.stack([pi, pj], dim=1)  # [P, 2]: both variants of each pair get targets
+    p = sides.shape[0]
+    idx = sides.view(1, p * 2, 1).expand(b, p * 2, w)
+
+    def per_side(x: Tensor) -> Tensor:  # [B, V, W] -> [B, P, 2, W]
+        return torch.gather(x, 1, idx).view(b, p, 2, w)
+
+    start, width = entry_spans(positions_bvw, lods_bvw, block_size)
+    start, width = per_side(start).clamp(0, t), per_side(width)
+    end = (start + width).clamp(0, t)
+    s_sum = torch.gather(csum, 2, start.view(b, p, 2 * w)).view(b, p, 2, w)
+    e_sum = torch.gather(csum, 2, end.view(b, p, 2 * w)).view(b, p, 2, w)
+    target = torch.sign(e_sum - s_sum)  # [B, P, 2, W] in {-1, 0, 1}
+
+    active = per_side(mask_bvw.to(torch.float32)) * (target != 0) * valid.view(b, p, 1, 1)
+    s = per_side(scores_bvw)
+    per_entry = F.softplus(-beta * target * s)
+    n_active = active.sum()
+    loss = (per_entry * active * weight.view(b, p, 1, 1)).sum() / n_active.clamp_min(1)
+    correct = ((torch.sign(s.detach()) == target) * active).sum()
+    return PreferenceResult(
+        loss=loss,
+        accuracy=correct / n_active.clamp_min(1),
+        active_entries=n_active,
+        active_pairs=valid.sum().to(torch.float32),
+    )

@@ -1,0 +1,91 @@
+"""Stage-2 objectives: shared-tail loss and the vectorised preference loss."""
+import torch
+import torch.nn.functional as F
+
+from mc.losses import entry_spans, pair_indices, preference_loss, shared_tail_loss, tail_loss_mask
+
+
+def test_tail_mask_marks_only_shared_targets():
+    m = tail_loss_mask(torch.tensor([6, 4]), width=8, recent_tokens=3)
+    assert m[0].tolist() == [False] * 4 + [True, True, False, False]
+    assert m[1].tolist() == [False, False, True, True] + [False] * 4
+
+
+def test_shared_tail_loss_matches_hand_computation():
+    torch.manual_seed(0)
+    r, w, v = 2, 7, 11
+    logits = torch.randn(r, w, v)
+    ids = torch.randint(0, v, (r, w))
+    lengths = torch.tensor([7, 5])
+    got = shared_tail_loss(logits, ids, lengths, recent_tokens=3)
+    for row in range(r):
+        n = int(lengths[row])
+        terms = [F.cross_entropy(logits[row, j - 1][None], ids[row, j][None]) for j in range(n - 2, n)]
+        assert torch.allclose(got[row], torch.stack(terms).mean(), atol=1e-6)
+
+
+def test_shared_tail_loss_ignores_gist_and_padding_positions():
+    torch.manual_seed(1)
+    logits = torch.randn(1, 8, 5)
+    ids = torch.randint(0, 5, (1, 8))
+    base = shared_tail_loss(logits, ids, torch.tensor([6]), recent_tokens=3)
+    ids2, logits2 = ids.clone(), logits.clone()
+    ids2[0, :4] = 0  # before the tail targets
+    ids2[0, 6:] = 1  # padding
+    logits2[0, :3] = 100.0  # positions whose predictions are not counted
+    logits2[0, 6:] = -3.0
+    assert torch.allclose(base, shared_tail_loss(logits2, ids2, torch.tensor([6]), recent_tokens=3))
+
+
+def test_entry_spans_from_centre_positions():
+    lods = torch.tensor([2, 1, 0])
+    positions = torch.tensor([1.5, 4.5, 6.0])  # K=2: [0,4), [4,6), [6,7)
+    start, width = entry_spans(positions, lods, block_size=2)
+    assert start.tolist() == [0, 4, 6] and width.tolist() == [4, 2, 1]
+
+
+def _two_variant_batch():
+    # K=2, T=4. Variant 0: four LOD0 tokens. Variant 1: one LOD1 gist [0,2) then two LOD0 tokens.
+    mask = torch.tensor([[[1, 1, 1, 1], [1, 1, 1, 0]]], dtype=torch.bool)
+    positions = torch.tensor([[[0.0, 1, 2, 3], [0.5, 2, 3, 0]]])
+    lods = torch.tensor([[[0, 0, 0, 0], [1, 0, 0, 0]]])
+    lod_map = torch.tensor([[[0, 0, 0, 0], [1, 1, 0, 0]]])
+    return mask, positions, lods, lod_map
+
+
+def test_preference_targets_point_towards_the_better_variant():
+    mask, positions, lods, lod_map = _two_variant_batch()
+    for losses, sign in ((torch.tensor([[1.0, 2.0]]), 1.0), (torch.tensor([[2.0, 1.0]]), -1.0)):
+        scores = torch.zeros(1, 2, 4, requires_grad=True)
+        res = preference_loss(scores, mask, positions, lods, lod_map, losses, block_size=2, beta=4.0, min_gap=1e-3)
+        res.loss.backward()
+        g = scores.grad
+        # Entries over [0,2) in both variants carry the preference; [2,4) is equal in both, no signal.
+        active = torch.tensor([[[1, 1, 0, 0], [1, 0, 0, 0]]], dtype=torch.bool)
+        assert (g[active] * sign < 0).all(), "gradient descent must move scores towards the preferred detail"
+        assert (g[~active] == 0).all()
+        assert res.active_entries.item() == 3 and res.active_pairs.item() == 1
+
+
+def test_no_preference_below_min_gap_and_accuracy():
+    mask, positions, lods, lod_map = _two_variant_batch()
+    scores = torch.tensor([[[0.5, 0.5, 0.0, 0.0], [0.5, 0.0, 0.0, 0.0]]], requires_grad=True)
+    res = preference_loss(scores, mask, positions, lods, lod_map, torch.tensor([[1.0, 1.0001]]),
+                          block_size=2, beta=4.0, min_gap=1e-3)
+    assert res.loss.item() == 0.0 and res.active_entries.item() == 0
+    res = preference_loss(scores, mask, positions, lods, lod_map, torch.tensor([[1.0, 2.0]]),
+                          block_size=2, beta=4.0, min_gap=1e-3)
+    assert res.accuracy.item() == 1.0
+
+
+def test_pairs_and_batching_are_consistent():
+    i, j = pair_indices(4)
+    assert list(zip(i.tolist(), j.tolist())) == [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]
+    mask, positions, lods, lod_map = _two_variant_batch()
+    scores = torch.randn(1, 2, 4)
+    one = preference_loss(scores, mask, positions, lods, lod_map, torch.tensor([[1.0, 2.0]]),
+                          block_size=2, beta=4.0, min_gap=0.0)
+    two = preference_loss(scores.repeat(2, 1, 1), mask.repeat(2, 1, 1), positions.repeat(2, 1, 1),
+                          lods.repeat(2, 1, 1), lod_map.repeat(2, 1, 1), torch.tensor([[1.0, 2.0]] * 2),
+                          block_size=2, beta=4.0, min_gap=0.0)
+    assert torch.allclose(one.loss, two.loss)
