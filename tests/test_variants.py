@@ -1,0 +1,77 @@
+"""Variant sampler: baseline + random block-aligned compressions, valid, same size, deterministic."""
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from mc.variants import sample_variants
+from mc.working_context import WorkingContext
+
+
+def check_invariants(wc: WorkingContext) -> None:
+    K, tail, pos = wc.block_size, max(0, wc.num_tokens - wc.recent_tokens), 0
+    for lod, idx in wc.entries:
+        assert 0 <= lod <= wc.max_lod and idx * K**lod == pos and (idx + 1) * K**lod <= wc.num_tokens
+        assert lod == 0 or (idx + 1) * K**lod <= tail
+        pos = (idx + 1) * K**lod
+    assert pos == wc.num_tokens and len(wc) <= wc.max_entries
+
+
+@st.composite
+def geometries(draw):
+    K = draw(st.integers(2, 4))
+    max_lod = draw(st.integers(1, 3))
+    n = draw(st.integers(0, 400))
+    recent = draw(st.integers(0, 30))
+    coarse = WorkingContext.build(n, block_size=K, max_lod=max_lod, max_entries=10**9, recent_tokens=recent,
+                                  fill=False)
+    max_entries = max(1, len(coarse)) + draw(st.integers(0, 80))
+    return n, dict(block_size=K, max_lod=max_lod, max_entries=max_entries, recent_tokens=recent)
+
+
+@settings(max_examples=40, deadline=None)
+@given(geo=geometries(), n_random=st.integers(0, 4), seed=st.integers(0, 2**31 - 1))
+def test_variants_valid_same_size_deterministic(geo, n_random, seed):
+    n, p = geo
+    vs = sample_variants(n, n_random=n_random, generator=torch.Generator().manual_seed(seed), **p)
+    again = sample_variants(n, n_random=n_random, generator=torch.Generator().manual_seed(seed), **p)
+    assert vs == again  # deterministic per seed
+    assert len(vs) == n_random + 1
+    assert vs[0] == WorkingContext.build(n, fill=True, **p)  # recency baseline
+    for v in vs:
+        check_invariants(v)
+        assert v.num_tokens == n
+        assert v.lod_map()[max(0, n - p["recent_tokens"]):].eq(0).all()
+        # Every layout is the coarsest one plus expansions, so the baseline's size is reachable.
+        assert len(v) == len(vs[0])
+
+
+def test_random_variants_differ_and_depend_on_seed():
+    p = dict(block_size=4, max_lod=2, max_entries=60, recent_tokens=8)
+    a = sample_variants(256, n_random=6, generator=torch.Generator().manual_seed(1), **p)
+    b = sample_variants(256, n_random=6, generator=torch.Generator().manual_seed(2), **p)
+    assert a[0] == b[0]
+    assert a[1:] != b[1:]
+    layouts = {tuple(v.entries) for v in a[1:]}
+    assert len(layouts) > 1  # random, not a copy of one layout
+    assert any(v != a[0] for v in a[1:])
+    for v in a:
+        assert len(v) == len(a[0])
+
+
+def test_default_geometry_is_fast_and_full():
+    # The stage-2 defaults: T=2048, K=32, max_lod=2, 256 entries, 64 recent tokens.
+    p = dict(block_size=32, max_lod=2, max_entries=256, recent_tokens=64)
+    vs = sample_variants(2048, n_random=3, generator=torch.Generator().manual_seed(0), **p)
+    assert all(len(v) == len(vs[0]) > 256 - 31 for v in vs)
+
+
+def test_errors():
+    p = dict(block_size=2, max_lod=1, max_entries=4, recent_tokens=2)
+    with pytest.raises(ValueError, match="generator"):
+        sample_variants(8, n_random=1, generator=0, **p)
+    with pytest.raises(ValueError, match="n_random"):
+        sample_variants(8, n_random=-1, generator=torch.Generator(), **p)
+    with pytest.raises(ValueError, match="coarsest layout"):
+        sample_variants(100, n_random=1, generator=torch.Generator(), **p)
