@@ -1,0 +1,59 @@
+"""Construction: device resolution, the three nets, and a ready MCController from a RunConfig.
+
+Training, the compile harness, evaluation and the benchmarks all build through here, so the
+harness verdict is about the same objects the workflow trains.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from mc.compile.telemetry import Telemetry
+from mc.config import RunConfig, validate
+from mc.controller import MCController
+from mc.gistnet import GistNet
+from mc.gpt import GPT
+from mc.lensnet import LensNet
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda when available, else cpu; ``cuda`` without a GPU is a clear error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("train.device=cuda but torch sees no CUDA device; use train.device=cpu or auto")
+    return torch.device(name)
+
+
+def build_nets(cfg: RunConfig, device: torch.device) -> tuple[GPT, GistNet, LensNet]:
+    """Fresh base GPT, GistNet and LensNet on ``device`` (seeded by ``train.seed``)."""
+    torch.manual_seed(cfg.train.seed)
+    base = GPT(cfg.model).to(device)
+    gistnet = GistNet(cfg.gistnet, cfg.model.d_model, cfg.mc.block_size).to(device)
+    lensnet = LensNet(cfg.lensnet, cfg.model.d_model, cfg.mc.block_size, cfg.mc.max_lod).to(device)
+    return base, gistnet, lensnet
+
+
+def load_base_weights(base: GPT, path: str | Path) -> None:
+    """Load stage-1 weights: accepts a bare state dict or a checkpoint with a ``model`` entry."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"base model weights not found at {path}: run stage 1 first (bash run10.sh --stages=stage1)")
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    if isinstance(state, dict) and "model" in state:
+        state = state["model"]
+    base.load_state_dict(state)
+
+
+def build_controller(cfg: RunConfig, *, device: torch.device | None = None, base_weights: str | Path | None = None,
+                     telemetry: Telemetry | None = None, run_dir: str | Path | None = None) -> MCController:
+    """A controller over fresh nets (optionally the stage-1 base weights), telemetry per ``cfg.telemetry``."""
+    validate(cfg)
+    device = device or resolve_device(cfg.train.device)
+    base, gistnet, lensnet = build_nets(cfg, device)
+    if base_weights is not None:
+        load_base_weights(base, base_weights)
+    if telemetry is None:
+        telemetry = Telemetry.from_config(cfg.telemetry, run_dir, device=device)
+    return MCController(cfg, base, gistnet, lensnet, device=device, telemetry=telemetry)

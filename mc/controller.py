@@ -1,0 +1,315 @@
+"""MCController: the one place that runs GistNet and LensNet, in training and at inference.
+
+Orchestration only. The tree, working context, allocator, nets, losses, compile boundary and
+telemetry live in their own modules; this class wires them and owns three helpers that are the
+**only** call sites of the (possibly compiled) nets:
+
+* ``_run_gistnet(blocks, context)``: every gist, for tree appends (inference) and batched
+  tree levels (training). Inference calls are padded to ``mc.gist_bucket_ladder``.
+* ``_run_lensnet_batched(...)``: the training path, one call per micro-step over all variants
+  of the micro-batch, at one fixed padded shape.
+* ``_lensnet_allocator_scores(mwc, num_tokens)``: the inference allocator path, one call per
+  allocator iteration, padded to a bucket of ``mc.bucket_ladder``.
+
+Each helper clones the net's output exactly once, right there, before anything can keep it:
+under CUDA graph trees a raw output lives in the graph pool and a later replay overwrites it.
+Step marks (``torch.compiler.cudagraph_mark_step_begin``) have one owner, the :class:`StepMarker`,
+and are requested at step boundaries only: after the backward of a training micro-step
+(:meth:`end_micro_step`), and before each inference call, whose predecessor's outputs were
+already cloned. See obsidian "Compiled boundary".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from mc.compile.boundary import (CompiledNet, StepMarker, apply_recompile_limit, freeze, recompile_limit_for,
+                                 reentrance_reason)
+from mc.compile.telemetry import Telemetry
+from mc.config import RunConfig
+from mc.gistnet import GistNet
+from mc.gpt import GPT
+from mc.lensnet import LensNet
+from mc.losses import PreferenceResult, preference_loss, shared_tail_loss
+from mc.positional import lod_rotary_cos_sin
+from mc.session import InferenceSession, RefocusRecord
+from mc.tree import gist_levels
+from mc.variants import sample_variants
+from mc.working_context import MaterializedWC, WCBuffer, bucket_for, gather_batched
+
+
+@dataclass
+class TrainStepOutput:
+    """Everything one stage-2 micro-step produced (tensors stay on the device, no syncs)."""
+
+    total: Tensor  # 0-d: lm + lens_loss_weight * preference (call .backward() on this)
+    lm_loss: Tensor  # 0-d: mean shared-tail loss over all variants (trains GistNet)
+    tail_losses: Tensor  # [B, V] detached: per-variant shared-tail loss (variant 0 = baseline)
+    preference: PreferenceResult  # LensNet's pairwise loss and accuracy
+    scores: Tensor  # [B*V, W] LensNet scores (the helper's clone)
+
+
+class MCController:
+    """Owns the base model reference, GistNet, LensNet, the allocator and the compiled boundary."""
+
+    def __init__(self, cfg: RunConfig, base: GPT, gistnet: GistNet, lensnet: LensNet, *,
+                 device: torch.device | str = "cpu", telemetry: Telemetry | None = None):
+        self.cfg = cfg
+        self.device = torch.device(device)
+        self.base, self.gistnet, self.lensnet = base, gistnet, lensnet
+        if cfg.mc.freeze_base:  # stage 2 default: the base model is a fixed reader of the context
+            base.requires_grad_(False)
+            base.eval()
+        self.telemetry = telemetry if telemetry is not None else Telemetry()
+        comp = cfg.compile
+        limit = comp.recompile_limit or recompile_limit_for(
+            n_buckets=max(len(cfg.mc.bucket_ladder), len(cfg.mc.gist_bucket_ladder)) + cfg.mc.max_lod + 1,
+            n_modes=2, margin=4)
+        if any(m != "off" for net in (comp.lensnet, comp.gistnet) for m in (net.train, net.inference)):
+            apply_recompile_limit(limit)
+            if not self.telemetry.monitor.started:
+                self.telemetry.start()  # compile events are only seen by a monitor installed before compiling
+        self.gist_net = CompiledNet(gistnet, "gistnet", comp.gistnet, fullgraph=comp.fullgraph, telemetry=self.telemetry)
+        self.lens_net = CompiledNet(lensnet, "lensnet", comp.lensnet, fullgraph=comp.fullgraph, telemetry=self.telemetry)
+        self.marker = StepMarker([self.gist_net, self.lens_net], self.telemetry)
+        self.session: InferenceSession | None = None
+        self.train_bucket = bucket_for(cfg.mc.max_entries, cfg.mc.bucket_ladder)
+        self.warmed_up = False
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def cudagraphs_possible(self) -> bool:
+        """True when some net runs a CUDA-graph mode on a CUDA device (marks then matter)."""
+        return self.marker.active
+
+    @property
+    def variants_per_sequence(self) -> int:
+        return 1 + self.cfg.mc.n_random_variants
+
+    # ------------------------------------------------------------------ the helpers
+
+    def _run_gistnet(self, blocks_nkd: Tensor, context: str) -> Tensor:
+        """GistNet over ``[N, K, D]`` blocks -> ``[N, D]`` gists (cloned once)."""
+        if context == "train":
+            return self.gist_net.clone_outputs(self.gist_net.run(blocks_nkd, context="train"), context="train")
+        ladder = self.cfg.mc.gist_bucket_ladder
+        outs = []
+        with torch.no_grad():
+            for lo in range(0, blocks_nkd.shape[0], ladder[-1]):
+                chunk = blocks_nkd[lo: lo + ladder[-1]]
+                n = chunk.shape[0]
+                size = bucket_for(n, ladder)
+                if size > n:  # pad to a bucket: static shapes, one cache entry per bucket
+                    chunk = torch.cat([chunk, chunk.new_zeros(size - n, *chunk.shape[1:])])
+                self._mark_inference_step("gistnet inference call")
+                raw = self.gist_net.run(chunk, context="inference", rows=n)
+                outs.append(self.gist_net.clone_outputs(raw[:n], context="inference"))
+        return outs[0] if len(outs) == 1 else torch.cat(outs)
+
+    def _run_lensnet_batched(self, embeds: Tensor, mask: Tensor, positions: Tensor, lods: Tensor,
+                             num_tokens: Tensor) -> Tensor:
+        """Training: LensNet over all variants of the micro-batch at one padded shape -> ``[R, W]``."""
+        raw = self.lens_net.run(embeds, mask, positions, lods, num_tokens, context="train")
+        return self.lens_net.clone_outputs(raw, context="train")
+
+    def _lensnet_allocator_scores(self, mwc: MaterializedWC, num_tokens: int) -> Tensor:
+        """Inference: LensNet scores of one materialised working context -> ``[bucket]``."""
+        n_tok = torch.full((1,), float(num_tokens), device=mwc.embeds.device)  # a tensor: no value guard
+        self._mark_inference_step("allocator iteration")
+        with torch.no_grad():
+            raw = self.lens_net.run(mwc.embeds[None], mwc.mask[None], mwc.positions[None], mwc.lods[None],
+                                    n_tok, context="inference", entries=mwc.length)
+            return self.lens_net.clone_outputs(raw, context="inference")[0]
+
+    def _mark_inference_step(self, reason: str) -> None:
+        """Inference step boundary: the previous call's outputs were cloned, so a new generation is safe.
+        Never mark from inside a backward (re-entrance): that would free the activations the backward
+        still needs; the boundary then records (or rejects) the call itself."""
+        if reentrance_reason() is None:
+            self.marker.mark(reason)
+
+    # ------------------------------------------------------------------ training
+
+    def train_step(self, ids_bt: Tensor, generator: torch.Generator) -> TrainStepOutput:
+        """One stage-2 micro-step forward: variants -> base-model losses -> LensNet preference loss.
+
+        The caller runs ``out.total.backward()`` and then :meth:`end_micro_step`.
+        """
+        mc = self.cfg.mc
+        b, t = ids_bt.shape
+        if t != mc.history_tokens:
+            raise ValueError(f"train_step: sequences have {t} tokens, the config trains on mc.history_tokens="
+                             f"{mc.history_tokens}")
+        ids_bt = ids_bt.to(self.device)
+        with torch.set_grad_enabled(not mc.freeze_base and torch.is_grad_enabled()):
+            embeds_btd = self.base.embed(ids_bt)
+        levels = gist_levels(embeds_btd, mc.block_size, mc.max_lod, lambda x: self._run_gistnet(x, "train"))
+        wcs = []
+        for _ in range(b):
+            wcs += sample_variants(t, block_size=mc.block_size, max_lod=mc.max_lod, max_entries=mc.max_entries,
+                                   recent_tokens=mc.recent_tokens, n_random=mc.n_random_variants, generator=generator)
+        v = self.variants_per_sequence
+        batch = gather_batched(levels, wcs, self.train_bucket, token_ids=ids_bt)
+        logits = self._base_logits(batch["embeds"], batch["positions"], batch["lods"], batch["mask"])
+        tail = shared_tail_loss(logits, batch["token_ids"], batch["lengths"], mc.recent_tokens)  # [R]
+        num_tokens = torch.full((b * v,), float(t), device=self.device)
+        scores = self._run_lensnet_batched(batch["embeds"].detach(), batch["mask"], batch["positions"],
+                                           batch["lods"], num_tokens)  # [R, W]
+        lod_map = torch.stack([wc.lod_map() for wc in wcs]).to(self.device).view(b, v, t)
+        w = self.train_bucket
+        pref = preference_loss(scores.view(b, v, w), batch["mask"].view(b, v, w), batch["positions"].view(b, v, w),
+                               batch["lods"].view(b, v, w), lod_map, tail.detach().view(b, v),
+                               block_size=mc.block_size, beta=mc.pref_beta, min_gap=mc.min_loss_gap)
+        lm_loss = tail.mean()
+        total = lm_loss + mc.lens_loss_weight * pref.loss
+        return TrainStepOutput(total=total, lm_loss=lm_loss, tail_losses=tail.detach().view(b, v),
+                               preference=pref, scores=scores)
+
+    def end_micro_step(self) -> None:
+        """Call after the micro-step's backward: the one training step boundary for CUDA graphs."""
+        self.marker.mark("after backward")
+        self.telemetry.end_step()
+
+    def zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
+        """Keep ``.grad`` tensors allocated when CUDA graphs run: a grad first allocated during a
+        replay would live in the graph pool and be overwritten by the next replay."""
+        optimizer.zero_grad(set_to_none=not self.cudagraphs_possible)
+
+    def aux_parameters(self) -> list[torch.nn.Parameter]:
+        params = list(self.gistnet.parameters()) + list(self.lensnet.parameters())
+        if not self.cfg.mc.freeze_base:
+            params += list(self.base.parameters())
+        return params
+
+    # ------------------------------------------------------------------ inference
+
+    def _base_logits(self, embeds: Tensor, positions: Tensor, lods: Tensor, mask: Tensor) -> Tensor:
+        cos, sin = lod_rotary_cos_sin(positions, lods, self.cfg.mc.block_size, self.base.head_dim,
+                                      self.cfg.model.rope_base)
+        return self.base(embeds=embeds, cos=cos, sin=sin, key_padding_mask=mask)
+
+    def begin_session(self, prompt_ids: Tensor) -> InferenceSession:
+        """Start a session over ``prompt_ids [n]`` (any length, longer than the working context too)."""
+        prompt_ids = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(-1)
+        if prompt_ids.numel() == 0:
+            raise ValueError("begin_session needs a non-empty prompt (at least one token id)")
+        self.session = InferenceSession(self.cfg, lambda x: self._run_gistnet(x, "inference"),
+                                        dim=self.cfg.model.d_model, device=self.device)
+        self.append(prompt_ids, refocus=False)
+        return self.session
+
+    def _require_session(self) -> InferenceSession:
+        if self.session is None:
+            raise RuntimeError("no inference session: call controller.begin_session(prompt_ids) first")
+        return self.session
+
+    @torch.no_grad()
+    def append(self, ids: Tensor, *, refocus: bool = True) -> None:
+        """Append tokens; refocus every ``allocator.inference.refocus_interval`` tokens."""
+        s = self._require_session()
+        ids = torch.as_tensor(ids, dtype=torch.long).reshape(-1).to(self.device)
+        s.extend(ids, self.base.embed(ids[None])[0])
+        if refocus and s.tokens_since_refocus >= self.cfg.allocator.inference.refocus_interval:
+            self.refocus()
+
+    @torch.no_grad()
+    def refocus(self) -> RefocusRecord:
+        """Run up to ``allocator.inference.iterations`` LensNet-driven allocator iterations."""
+        s = self._require_session()
+        inf = self.cfg.allocator.inference
+        record = RefocusRecord(num_tokens=s.num_tokens, iterations=0)
+        for _ in range(inf.iterations):
+            mwc = s.materialize()
+            scores = self._lensnet_allocator_scores(mwc, s.num_tokens)[: mwc.length].cpu()
+            edits = s.allocator.step(s.wc, scores, max_edits=inf.max_edits)
+            record.iterations += 1
+            record.edits += edits
+            if not edits:
+                break
+        s.allocator.end_refocus()
+        s.tokens_since_refocus = 0
+        s.refocus_log.append(record)
+        self.telemetry.emit({"kind": "refocus", "num_tokens": s.num_tokens, "iterations": record.iterations,
+                             "edits": len(record.edits), "entries": len(s.wc)})
+        return record
+
+    @torch.no_grad()
+    def next_token_logits(self) -> Tensor:
+        """Base-model logits ``[V]`` for the token after the session's history."""
+        s = self._require_session()
+        mwc = s.materialize()
+        logits = self._base_logits(mwc.embeds[None], mwc.positions[None], mwc.lods[None], mwc.mask[None])
+        return logits[0, mwc.length - 1]
+
+    @torch.no_grad()
+    def generate(self, n: int) -> Tensor:
+        """Greedy-decode ``n`` tokens, appending each (and refocusing on schedule): ``[n]`` long."""
+        if n < 0:
+            raise ValueError(f"generate: n must be >= 0, got {n}")
+        out = []
+        for _ in range(n):
+            tok = int(self.next_token_logits().argmax())
+            out.append(tok)
+            self.append(torch.tensor([tok]))
+        return torch.tensor(out, dtype=torch.long)
+
+    # ------------------------------------------------------------------ warm-up and reports
+
+    def warmup(self, generator: torch.Generator | None = None) -> dict:
+        """Run every (bucket x mode) the config uses ``compile.warmup_iters`` times, then freeze.
+
+        Training: full micro-steps with backward at the training shape. Inference: one LensNet
+        call per bucket of ``mc.bucket_ladder`` and one GistNet call per bucket of
+        ``mc.gist_bucket_ladder``. Gradients produced here are zeroed in place (not freed).
+        """
+        comp, mc = self.cfg.compile, self.cfg.mc
+        gen = generator or torch.Generator().manual_seed(0)
+        iters = comp.warmup_iters
+        d, k = self.cfg.model.d_model, mc.block_size
+        if comp.lensnet.train != "off" or comp.gistnet.train != "off":
+            b = self.cfg.train.stage2.batch_size
+            for _ in range(iters):
+                ids = torch.randint(0, 256, (b, mc.history_tokens), generator=gen)
+                self.train_step(ids, gen).total.backward()
+                self.end_micro_step()
+            for p in self.aux_parameters():
+                if p.grad is not None:
+                    p.grad.zero_()
+        if comp.lensnet.inference != "off":
+            buf = WCBuffer(max(mc.bucket_ladder), d, device=self.device)
+            for size in mc.bucket_ladder:
+                n = min(size, mc.max_entries)
+                buf.embeds.normal_(generator=None)
+                buf.mask[:n], buf.mask[n:] = True, False
+                buf.positions.copy_(torch.arange(buf.capacity, dtype=torch.float32))
+                buf.lods.zero_()
+                mwc = MaterializedWC(embeds=buf.embeds[:size], mask=buf.mask[:size], positions=buf.positions[:size],
+                                     lods=buf.lods[:size], token_ids=buf.token_ids[:size], length=n, bucket=size)
+                for _ in range(iters):
+                    self._lensnet_allocator_scores(mwc, 4 * size)
+        if comp.gistnet.inference != "off":
+            for size in mc.gist_bucket_ladder:
+                for _ in range(iters):
+                    self._run_gistnet(torch.randn(size, k, d, device=self.device), "inference")
+        freeze(comp.freeze, self.telemetry.monitor)
+        self.warmed_up = True
+        return self.telemetry.snapshot()
+
+    def telemetry_snapshot(self) -> dict:
+        return self.telemetry.snapshot()
+
+    def state_dict(self) -> dict:
+        """The trainable state: both aux nets, and the base model when it is not frozen."""
+        out = {"gistnet": self.gistnet.state_dict(), "lensnet": self.lensnet.state_dict()}
+        if not self.cfg.mc.freeze_base:
+            out["base"] = self.base.state_dict()
+        return out
+
+    def load_state_dict(self, state: dict) -> None:
+        self.gistnet.load_state_dict(state["gistnet"])
+        self.lensnet.load_state_dict(state["lensnet"])
+        if "base" in state:
+            self.base.load_state_dict(state["base"])
