@@ -11,8 +11,13 @@ Rules (DESIGN.md section 2, issue 3 item 3):
 - the recent tail is never touched (the WC's own legality checks refuse it);
 - no two edits of one :meth:`FocusAllocator.select` touch the same entry;
 - budget: edits are applied collapses first, so the count only dips before it rises; the plan keeps
-  ``len(wc) + (K-1) * (expands - collapses) <= max_entries``. Room for an expansion comes only from
-  collapses whose own scores ask for it: thresholds are never overridden;
+  ``len(wc) + (K-1) * (expands - collapses) <= max_entries``. Room for an expansion comes from
+  collapses whose own scores ask for it (mean <= -collapse_threshold) and, when none is left, from a
+  *trade*: the lowest-scored legal group is collapsed if its mean score is below the waiting
+  expansion's score by at least ``collapse_threshold``. A working context is usually full (sessions
+  start from a filled layout), so without trades focus could never move detail; the margin keeps
+  trades from churning between near-equal scores. The expansion itself still needs
+  ``score >= expand_threshold``;
 - hysteresis: an edit is not undone within ``cooldown`` refocuses. After an expand the K children are
   marked, and a collapse of a group holding a marked child is refused; after a collapse the parent is
   marked, and its expansion is refused. Marks are keyed by node identity ``(lod, index)``, so they
@@ -110,11 +115,13 @@ class FocusAllocator:
         K = wc.block_size
         cfg = self.cfg
         cands: list[tuple[float, int, str, int]] = []  # (strength, tie-break, kind, index)
+        groups: list[tuple[float, int]] = []  # every legal collapse group: (mean score, index)
         for i, (lod, _) in enumerate(wc.entries):
             if lod > 0 and s[i] >= cfg.expand_threshold and not self.expand_blocked(wc[i]):
                 cands.append((s[i], 1, "expand", i))
             if wc.check_collapse(i) is None and not self.collapse_blocked(wc, i):
                 mean = sum(s[i : i + K]) / K
+                groups.append((mean, i))
                 if mean <= -cfg.collapse_threshold:
                     cands.append((-mean, 0, "collapse", i))
         # Strongest first; ties: collapses before expands, then older entries first (deterministic).
@@ -156,6 +163,23 @@ class FocusAllocator:
                 free += K - 1
                 collapses.append(Edit("collapse", wc[i], i))
                 take_waiting()
+        # Trades for expansions still waiting: lowest-scored groups first, two edits each.
+        groups.sort()
+        for i in list(waiting):
+            if len(collapses) + len(expands) + 2 > max_edits:
+                break
+            if i in used:
+                continue
+            for mean, g in groups:
+                if mean > s[i] - cfg.collapse_threshold:
+                    break  # sorted ascending: no cheaper group is left
+                group = set(range(g, g + K))
+                if group & used or i in group:
+                    continue
+                used |= group | {i}
+                collapses.append(Edit("collapse", wc[g], g))
+                expands.append(Edit("expand", wc[i], i))
+                break
         return collapses + expands
 
     # ------------------------------------------------------------------ application

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import random
 
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
@@ -81,7 +83,10 @@ def check_selection(wc, edits, scores, cfg, max_edits, shadow):
         else:
             assert wc.check_collapse(e.index) is None  # aligned siblings, outside the recent tail
             group = range(e.index, e.index + K)
-            assert sum(scores[j] for j in group) / K <= -cfg.collapse_threshold
+            mean = sum(scores[j] for j in group) / K
+            # Either the group asks to collapse, or it is a trade for an expansion it is cheaper than.
+            best_expand = max((scores[x.index] for x in edits if x.kind == "expand"), default=-math.inf)
+            assert mean <= -cfg.collapse_threshold or mean <= best_expand - cfg.collapse_threshold + 1e-9
             assert not shadow.blocks_collapse([wc[j] for j in group]), "collapse undoes a cooling expand"
             span = set(group)
         assert not span & touched, "overlapping edits in one iteration"
@@ -185,9 +190,28 @@ def test_collapse_makes_room_before_expanding():
     alloc.apply(wc, edits)
     check_invariants(wc)
     assert len(wc) == 9
-    # Full, and no group asks to collapse: nothing is expanded (thresholds are never overridden).
+    # Full, and no sibling group outside the tail can collapse: nothing can be expanded.
     wc2, alloc2 = tiny(max_entries=6)
     assert alloc2.select(wc2, [0.9, 0.9, 0.9, 0.9, 0.0, 0.0], max_edits=4) == []
+
+
+def test_trade_moves_detail_to_where_it_is_wanted_more():
+    wc, alloc = tiny(max_entries=9)
+    wc.expand(0)
+    wc.expand(0)
+    wc.expand(3)  # full: (0,0),(0,1),(1,1),(1,2),(1,3),(2,2),(1,6),(0,14),(0,15)
+    # No group asks to collapse (all means > -0.5), but (2,2) wants detail far more than
+    # the group (0,0),(0,1) (mean 0.0 <= 0.95 - 0.5): a trade.
+    scores = [0.0, 0.0, 0.1, 0.1, 0.1, 0.95, 0.1, 0.0, 0.0]
+    edits = alloc.select(wc, scores, max_edits=2)
+    assert [(e.kind, e.entry) for e in edits] == [("collapse", (0, 0)), ("expand", (2, 2))]
+    assert alloc.select(wc, scores, max_edits=1) == []  # a trade needs two edits
+    # Within the margin: no churn between near-equal scores.
+    near = [0.3, 0.3, 0.1, 0.3, 0.3, 0.7, 0.1, 0.0, 0.0]  # both groups: mean 0.3 > 0.7 - 0.5
+    assert alloc.select(wc, near, max_edits=4) == []
+    alloc.apply(wc, edits)
+    check_invariants(wc)
+    assert len(wc) == 9
 
 
 def test_apply_locates_edits_by_identity():
