@@ -1,0 +1,400 @@
+"""Benchmarks: eager vs torch.compile modes for the controller's three hot paths, in one run.
+
+Cases (all through the controller's helpers, so the boundary's clones and step marks are timed too):
+
+* ``lensnet_call@W``: one allocator LensNet call (``_lensnet_allocator_scores``) on a working context
+  padded to bucket W, for every bucket of ``mc.bucket_ladder``;
+* ``train_step``: one stage-2 micro-step (``train_step`` + backward + ``end_micro_step``): GistNet
+  forward/backward over the batched tree levels, the frozen base model, LensNet forward/backward;
+* ``tree_append``: a fresh lifetime gist tree appending ``2 * K**max_lod`` tokens, gisted in batched
+  GistNet calls through ``_run_gistnet`` (padded to ``mc.gist_bucket_ladder``).
+
+Each mode runs in its own subprocess (Dynamo state is process-global), with a fresh
+``TORCHINDUCTOR_CACHE_DIR`` so "cold" really is cold. After the cold run the worker saves the
+Mega-Cache (``torch.compiler.save_cache_artifacts``); a second fresh subprocess with another empty
+cache dir loads it and times every case's first call again ("warm"). Per case: median time, ratio
+to eager (same run, same inputs), first-call time cold and warm, and the number of graphs compiled.
+Timings on CUDA are bracketed by ``torch.cuda.synchronize()``.
+
+CLI: ``scripts/mc_bench.py`` (``main`` here). Output: JSON and a Markdown table.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+from mc.config import RunConfig, from_dict, to_dict, validate
+
+MODES = ("eager", "default", "reduce-overhead", "max-autotune-no-cudagraphs")
+# --quick: tiny nets and shapes, so a full quick run stays well under two minutes on a 2-core CPU.
+QUICK_OVERRIDES = (
+    "model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.max_seq_len=128",
+    "gistnet.d_model=32", "gistnet.n_layers=1", "gistnet.n_heads=2",
+    "lensnet.d_model=32", "lensnet.n_layers=1", "lensnet.n_heads=2",
+    "mc.block_size=4", "mc.max_lod=2", "mc.max_entries=32", "mc.recent_tokens=8",
+    "mc.bucket_ladder=[16,32]", "mc.gist_bucket_ladder=[4,16]", "mc.history_tokens=64",
+    "mc.n_random_variants=1", "train.stage2.batch_size=1", "eval.tail_tokens=8",
+    "data.recall.doc_tokens=256", "data.recall.n_records=2", "eval.doc_tokens=256",
+)
+
+
+# ----------------------------------------------------------------------------- config
+
+
+def _parse_value(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def apply_overrides(cfg: RunConfig, overrides: Sequence[str]) -> RunConfig:
+    """``key.path=value`` overrides on a config dataclass without Hydra (values parsed as JSON,
+    else kept as strings); an unknown key is a ValueError naming it."""
+    for item in overrides:
+        key, eq, raw = item.partition("=")
+        if not eq:
+            raise ValueError(f"override {item!r} must look like key.path=value")
+        obj, parts = cfg, key.split(".")
+        for p in parts[:-1]:
+            if not hasattr(obj, p):
+                raise ValueError(f"unknown config key {key!r} (no {p!r})")
+            obj = getattr(obj, p)
+        if not hasattr(obj, parts[-1]):
+            raise ValueError(f"unknown config key {key!r}")
+        old, new = getattr(obj, parts[-1]), _parse_value(raw)
+        if isinstance(old, float) and isinstance(new, int):
+            new = float(new)
+        if isinstance(old, str) and not isinstance(new, str):
+            new = raw
+        setattr(obj, parts[-1], new)
+    return validate(cfg)
+
+
+def bench_config(overrides: Sequence[str] = (), *, quick: bool = False) -> RunConfig:
+    """The benchmark's config: Hydra-resolved when hydra-core is installed (presets work), else the
+    schema defaults; ``quick`` adds :data:`QUICK_OVERRIDES` for keys the user did not set."""
+    user_keys = {o.partition("=")[0] for o in overrides}
+    extra = [o for o in QUICK_OVERRIDES if o.partition("=")[0] not in user_keys] if quick else []
+    if importlib.util.find_spec("hydra") is not None:
+        from mc.config_loading import load_config  # noqa: PLC0415
+
+        return load_config([*extra, *overrides])
+    return apply_overrides(RunConfig(), [*extra, *overrides])
+
+
+# ----------------------------------------------------------------------------- worker (one mode)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _graphs(monitor) -> dict:
+    """Compile counters so far (None where the monitor could not see them)."""
+    if not monitor.started:
+        return {"compiles": 0, "graphs": 0, "graph_breaks": 0}
+    w = monitor.snapshot()["warmup"]
+    return {"compiles": w.get("compiles"), "graphs": w.get("unique_graphs"), "graph_breaks": w.get("graph_breaks")}
+
+
+def _cases(ctrl, cfg: RunConfig, device: torch.device) -> list[tuple[str, Callable[[], None]]]:
+    from mc.tree import LifetimeGistTree  # noqa: PLC0415
+    from mc.working_context import MaterializedWC, WCBuffer  # noqa: PLC0415
+
+    mc, d = cfg.mc, cfg.model.d_model
+    g = torch.Generator().manual_seed(0)
+    cases = []
+    for size in mc.bucket_ladder:
+        buf = WCBuffer(size, d, device=device)
+        n = min(size, mc.max_entries)
+        buf.embeds.copy_(torch.randn(size, d, generator=g))
+        buf.mask[:n] = True
+        buf.positions.copy_(torch.arange(size, dtype=torch.float32) * 3)
+        buf.lods.copy_(torch.randint(0, mc.max_lod + 1, (size,), generator=g))
+        mwc = MaterializedWC(embeds=buf.embeds, mask=buf.mask, positions=buf.positions, lods=buf.lods,
+                             token_ids=buf.token_ids, length=n, bucket=size)
+
+        def lens_call(mwc=mwc, tokens=4 * size) -> None:
+            ctrl._lensnet_allocator_scores(mwc, tokens)
+        cases.append((f"lensnet_call@{size}", lens_call))
+
+    ids = torch.randint(0, 256, (cfg.train.stage2.batch_size, mc.history_tokens), generator=g)
+    opt = torch.optim.SGD(ctrl.aux_parameters(), lr=0.0)  # only for zero_grad (keeps grads under CUDA graphs)
+
+    def train_step() -> None:
+        out = ctrl.train_step(ids, torch.Generator().manual_seed(1))  # same variants every call
+        out.total.backward()
+        ctrl.end_micro_step()
+        ctrl.zero_grad(opt)
+    cases.append(("train_step", train_step))
+
+    n_app = 2 * mc.block_size ** mc.max_lod
+    app_ids = torch.randint(0, 256, (n_app,), generator=g).to(device)
+    with torch.no_grad():
+        app_emb = ctrl.base.embed(app_ids[None])[0]
+
+    def tree_append() -> None:
+        tree = LifetimeGistTree(mc.block_size, mc.max_lod, d, lambda x: ctrl._run_gistnet(x, "inference"),
+                                device=device)
+        tree.append(app_ids, app_emb)
+    cases.append((f"tree_append({n_app} tok)", tree_append))
+    return cases
+
+
+CASE_GROUPS = ("lensnet", "train", "tree")  # --cases filter: name prefixes of the cases above
+
+
+def run_worker(cfg: RunConfig, mode: str, *, phase: str, cache_path: str | None, reps: int,
+               max_case_s: float, cases: Sequence[str] = CASE_GROUPS) -> dict:
+    """Run every case under ``mode`` in THIS process (call it in a fresh subprocess)."""
+    from mc.build import build_controller, resolve_device  # noqa: PLC0415
+    from mc.compile.boundary import load_mega_cache, mega_cache_unavailable, save_mega_cache  # noqa: PLC0415
+    from mc.compile.telemetry import Telemetry  # noqa: PLC0415
+
+    net_mode = "off" if mode == "eager" else mode
+    for net in (cfg.compile.lensnet, cfg.compile.gistnet):
+        net.train = net.inference = net_mode
+    cfg.compile.freeze = "off"
+    device = resolve_device(cfg.train.device)
+    out: dict = {"mode": mode, "phase": phase, "device": str(device), "cases": {}}
+    if phase == "warm":
+        t = time.perf_counter()
+        out["mega_cache_load"] = load_mega_cache(cache_path)
+        out["mega_cache_load_s"] = time.perf_counter() - t
+    telemetry = Telemetry(device=device)
+    telemetry.start()  # count compiles even when nothing would start it (eager: stays at 0)
+    ctrl = build_controller(cfg, device=device, telemetry=telemetry)
+    for name, fn in _cases(ctrl, cfg, device):
+        if not any(name.startswith(c) for c in cases):
+            continue
+        before = _graphs(telemetry.monitor)
+        _sync(device)
+        t = time.perf_counter()
+        fn()
+        _sync(device)
+        first = time.perf_counter() - t
+        after = _graphs(telemetry.monitor)
+        rec = {"first_call_s": first}
+        for k in after:
+            rec[k] = None if after[k] is None or before[k] is None else after[k] - before[k]
+        if phase == "cold":
+            for _ in range(2):  # CUDA graph trees: warm-up, record; then replays are timed
+                fn()
+            times, budget_end = [], time.perf_counter() + max_case_s
+            while len(times) < reps and (len(times) < 3 or time.perf_counter() < budget_end):
+                _sync(device)
+                t = time.perf_counter()
+                fn()
+                _sync(device)
+                times.append(time.perf_counter() - t)
+            rec.update(median_s=statistics.median(times), reps=len(times), min_s=min(times))
+        out["cases"][name] = rec
+    if phase == "cold" and mode != "eager":
+        why = mega_cache_unavailable()
+        if why:
+            out["mega_cache"] = {"status": f"n/a ({why})"}
+        else:
+            saved = save_mega_cache(cache_path)
+            out["mega_cache"] = {"status": "saved" if saved else "n/a (no artifacts to save)", **(saved or {})}
+    out["cudagraph"] = telemetry.cudagraph_status()
+    return out
+
+
+def _worker_main(args: argparse.Namespace) -> int:
+    torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads()))))
+    cfg = validate(from_dict(RunConfig, json.loads(Path(args.cfg).read_text())))
+    res = run_worker(cfg, args.worker, phase=args.phase, cache_path=args.cache, reps=args.reps,
+                     max_case_s=args.max_case_s, cases=args.cases)
+    Path(args.out).write_text(json.dumps(res, default=str))
+    return 0
+
+
+# ----------------------------------------------------------------------------- orchestration
+
+
+def _spawn(cfg_path: Path, mode: str, phase: str, work: Path, *, reps: int, max_case_s: float,
+           timeout: float, cases: Sequence[str], quick: bool = False) -> dict:
+    out = work / f"{mode}.{phase}.json"
+    env = dict(os.environ)
+    cache_dir = work / f"inductor-{mode}-{phase}"  # fresh and empty: nothing cached from earlier runs
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
+    env["TRITON_CACHE_DIR"] = str(cache_dir / "triton")
+    if quick:  # no compile-worker pool: its start-up dominates a tiny quick run on a small CPU
+        env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    cmd = [sys.executable, "-m", "mc.bench", "--worker", mode, "--phase", phase, "--cfg", str(cfg_path),
+           "--out", str(out), "--cache", str(work / f"{mode}.megacache"), "--reps", str(reps),
+           "--max-case-s", str(max_case_s), "--cases", *cases]
+    root = Path(__file__).resolve().parent.parent
+    env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
+    t = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    wall = time.perf_counter() - t
+    if proc.returncode != 0 or not out.is_file():
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-15:]
+        return {"error": f"worker exited with {proc.returncode}", "stderr_tail": tail}
+    res = json.loads(out.read_text())
+    res["process_wall_s"] = wall
+    return res
+
+
+def device_name(device: str) -> str:
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(torch.device(device))
+    return f"CPU {platform.processor() or platform.machine()} ({os.cpu_count()} cores, {torch.get_num_threads()} threads)"
+
+
+def run_bench(cfg: RunConfig, modes: Sequence[str] = MODES, *, quick: bool = False, reps: int | None = None,
+              timeout: float = 900.0, progress: bool = True, cases: Sequence[str] = CASE_GROUPS) -> dict:
+    """Run every mode (eager first: it is the reference) and assemble the result dict."""
+    bad_cases = [c for c in cases if c not in CASE_GROUPS]
+    if bad_cases or not cases:
+        raise ValueError(f"unknown case group(s) {bad_cases or cases}; expected some of {', '.join(CASE_GROUPS)}")
+    bad = [m for m in modes if m not in MODES]
+    if bad:
+        raise ValueError(f"unknown benchmark mode(s) {bad}; expected some of {', '.join(MODES)}")
+    modes = ["eager", *[m for m in modes if m != "eager"]]
+    reps = reps or (5 if quick else 20)
+    max_case_s = 2.0 if quick else 10.0
+    t0 = time.time()
+    from mc.build import resolve_device  # noqa: PLC0415
+    device = str(resolve_device(cfg.train.device))
+    runs: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="mc-bench-") as tmp:
+        work = Path(tmp)
+        cfg_path = work / "cfg.json"
+        cfg_path.write_text(json.dumps(to_dict(cfg)))
+        for mode in modes:
+            if progress:
+                print(f"[bench] {mode}: cold run ...", flush=True)
+            cold = _spawn(cfg_path, mode, "cold", work, reps=reps, max_case_s=max_case_s, timeout=timeout,
+                          cases=cases, quick=quick)
+            warm = None
+            status = (cold.get("mega_cache") or {}).get("status", "n/a (eager: nothing compiled)")
+            if status == "saved":
+                if progress:
+                    print(f"[bench] {mode}: warm Mega-Cache run ...", flush=True)
+                warm = _spawn(cfg_path, mode, "warm", work, reps=reps, max_case_s=max_case_s, timeout=timeout,
+                              cases=cases, quick=quick)
+            runs[mode] = {"cold": cold, "warm": warm, "mega_cache": status}
+    rows = []
+    eager_cases = runs["eager"]["cold"].get("cases", {})
+    for mode in modes:
+        r = runs[mode]
+        cases = r["cold"].get("cases", {})
+        for name, rec in cases.items():
+            ref = eager_cases.get(name, {}).get("median_s")
+            warm_rec = ((r["warm"] or {}).get("cases") or {}).get(name)
+            if r["warm"] is not None and r["warm"].get("error"):
+                warm_first = f"n/a ({r['warm']['error']})"
+            elif warm_rec is not None:
+                warm_first = warm_rec["first_call_s"]
+            else:
+                warm_first = r["mega_cache"] if mode != "eager" else "n/a (eager)"
+            rows.append({"case": name, "mode": mode, "median_s": rec["median_s"], "min_s": rec["min_s"],
+                         "reps": rec["reps"], "ratio_to_eager": (rec["median_s"] / ref) if ref else None,
+                         "first_call_cold_s": rec["first_call_s"], "first_call_warm_s": warm_first,
+                         "graphs": rec.get("graphs"), "compiles": rec.get("compiles"),
+                         "graph_breaks": rec.get("graph_breaks")})
+    errors = {m: {"cold": runs[m]["cold"].get("error"), "warm": (runs[m]["warm"] or {}).get("error"),
+                  "stderr_tail": runs[m]["cold"].get("stderr_tail") or (runs[m]["warm"] or {}).get("stderr_tail")}
+              for m in modes if runs[m]["cold"].get("error") or (runs[m]["warm"] or {}).get("error")}
+    return {
+        "kind": "mc-bench", "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "torch": torch.__version__,
+        "python": platform.python_version(), "device": device, "device_name": device_name(device),
+        "quick": quick, "modes": list(modes), "cases": list(cases), "seconds": round(time.time() - t0, 1),
+        "config": {"model": to_dict(cfg.model), "mc": to_dict(cfg.mc), "stage2_batch": cfg.train.stage2.batch_size,
+                   "preset": cfg.preset},
+        "rows": rows, "errors": errors,
+        "cudagraph": {m: runs[m]["cold"].get("cudagraph") for m in modes},
+        "mega_cache": {m: runs[m]["mega_cache"] for m in modes},
+    }
+
+
+def _fmt_s(v) -> str:
+    if isinstance(v, str):
+        return v
+    if v is None:
+        return "n/a"
+    return f"{v * 1e3:.2f} ms" if v < 1 else f"{v:.2f} s"
+
+
+def to_markdown(res: dict) -> str:
+    """The benchmark as a Markdown section (header with device, torch, date; one row per case x mode)."""
+    m = res["config"]["mc"]
+    lines = [f"### Benchmark: eager vs torch.compile modes ({'quick' if res.get('quick') else 'full'})", "",
+             f"- device: **{res['device_name']}** (`{res['device']}`), torch {res['torch']}, python {res['python']}, "
+             f"{res['date']}",
+             f"- config: preset `{res['config'].get('preset')}`, model d={res['config']['model']['d_model']} "
+             f"layers={res['config']['model']['n_layers']}, K={m['block_size']}, max_lod={m['max_lod']}, "
+             f"budget={m['max_entries']}, buckets={m['bucket_ladder']}, history={m['history_tokens']}, "
+             f"stage-2 batch={res['config']['stage2_batch']}",
+             "- ratio = median / eager median of the same case in this run (< 1 is faster). First call = the "
+             "first call's wall time (compiles included); warm = in a fresh process with an empty inductor "
+             "cache after loading the Mega-Cache saved by the cold run.",
+             f"- CUDA graphs: {', '.join(f'{k}: {v}' for k, v in res['cudagraph'].items())}", "",
+             "| case | mode | median | ratio to eager | first call (cold) | first call (warm Mega-Cache) | graphs |",
+             "|---|---|---|---|---|---|---|"]
+    for r in res["rows"]:
+        ratio = "n/a" if r["ratio_to_eager"] is None else f"{r['ratio_to_eager']:.2f}x"
+        graphs = "n/a" if r["graphs"] is None else str(r["graphs"])
+        lines.append(f"| {r['case']} | {r['mode']} | {_fmt_s(r['median_s'])} | {ratio} | "
+                     f"{_fmt_s(r['first_call_cold_s'])} | {_fmt_s(r['first_call_warm_s'])} | {graphs} |")
+    for mode, err in res.get("errors", {}).items():
+        lines.append(f"\n**{mode} failed**: {err.get('cold') or err.get('warm')}")
+        if err.get("stderr_tail"):
+            lines.append("```\n" + "\n".join(err["stderr_tail"]) + "\n```")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="mc_bench.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--json", type=Path, default=None, help="write the result JSON here")
+    p.add_argument("--md", type=Path, default=None, help="write the Markdown table here")
+    p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES, help="modes to compare (eager always runs)")
+    p.add_argument("--quick", action="store_true", help="tiny shapes and few repetitions (tests, smoke runs)")
+    p.add_argument("--cases", nargs="+", default=list(CASE_GROUPS), choices=CASE_GROUPS,
+                   help="case groups: lensnet (allocator call per bucket), train (stage-2 micro-step), tree (appends)")
+    p.add_argument("--reps", type=int, default=None, help="timed repetitions per case (default 5 quick / 20)")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds per worker subprocess")
+    p.add_argument("overrides", nargs="*", help="config overrides key.path=value (e.g. train.device=cuda)")
+    # worker-only arguments (the parent spawns `python -m mc.bench --worker MODE ...`)
+    p.add_argument("--worker", choices=MODES, help=argparse.SUPPRESS)
+    p.add_argument("--phase", choices=("cold", "warm"), default="cold", help=argparse.SUPPRESS)
+    p.add_argument("--cfg", help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
+    p.add_argument("--cache", help=argparse.SUPPRESS)
+    p.add_argument("--max-case-s", type=float, default=10.0, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        args.reps = args.reps or 20
+        return _worker_main(args)
+    cfg = bench_config(args.overrides, quick=args.quick)
+    res = run_bench(cfg, args.modes, quick=args.quick, reps=args.reps, timeout=args.timeout, cases=args.cases)
+    md = to_markdown(res)
+    print(md)
+    for path, text in ((args.json, json.dumps(res, indent=1, default=str)), (args.md, md)):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+    return 1 if res["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

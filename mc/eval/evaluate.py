@@ -1,0 +1,349 @@
+"""Evaluation: does LensNet-driven focus beat simple baselines at the same working-context budget?
+
+``run_evaluation(cfg, run_dir)`` loads the trained nets (base from ``stage1/base.pt``, GistNet and
+LensNet from ``stage2/ckpt.pt``), takes held-out documents of ``eval.doc_tokens`` tokens (longer
+than the budget ``B = mc.max_entries``): windows of validation-split corpus documents and
+validation-seed recall documents, and compares four ways of reading each one:
+
+(a) ``full``: the base model over the whole document at LOD0, or, when the document is longer
+    than ``model.max_seq_len``, over its last ``max_seq_len`` tokens (labelled as such);
+(b) ``recency``: the base model over the last ``B`` tokens at LOD0;
+(c) ``compressed``: a controller session over the prefix that ends right before the scored tokens
+    (``begin_session``: ``WorkingContext.build(fill=True)`` at the budget: LOD0 recent tail, gists
+    for the rest, recency-graded), no refocus;
+(d) ``focused``: the same session, then one controller refocus (``allocator.inference.iterations``
+    LensNet-driven allocator iterations).
+
+For (c) and (d) the scored tokens (the tail, or the recall answer) are then appended through the
+controller at LOD0 without refocus, exactly as a streaming session appends: when the budget is
+full the session collapses sibling groups first (oldest first, never a group the refocus just
+changed while its cooldown runs), so the final working context never holds more than ``B``
+entries, the number the recency window holds. (c) and (d) differ only by the refocus, and LensNet
+never sees the tokens it is scored on.
+
+Metrics (per document, then mean and 95% CI over documents, see :mod:`mc.eval.stats`):
+next-token loss of the last ``eval.tail_tokens`` tokens (teacher forced), on corpus and recall
+documents; on recall documents the exact recall of the queried value by greedy decoding of
+``value_len`` tokens after the query, and the teacher-forced loss of those value tokens.
+All GistNet/LensNet use goes through the controller (sessions, refocus, appends).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from mc.config import RunConfig, to_dict
+from mc.controller import MCController
+from mc.eval.baselines import lod0_answer, lod0_tail_loss
+from mc.eval.stats import mean_ci, paired_diff_ci, proportion_ci
+
+VARIANTS = ("full", "recency", "compressed", "focused")
+PAIRS = (("focused", "recency"), ("focused", "compressed"), ("compressed", "recency"))
+N_LOD_MAPS = 3  # working contexts per source whose layout before/after refocus is kept for the report
+
+
+@dataclass
+class EvalDoc:
+    source: str  # "corpus" | "recall"
+    name: str
+    ids: Tensor  # [N] long
+    recall: object | None = None  # mc.data.recall.RecallDoc for recall documents
+
+
+# ----------------------------------------------------------------------------- documents
+
+
+def corpus_eval_docs(cfg: RunConfig, n: int, doc_tokens: int, *, max_files: int | None = None) -> tuple[list[EvalDoc], str]:
+    """``n`` windows of ``doc_tokens`` tokens from distinct validation-split documents that are at
+    least that long (window start seeded); falls back to stream windows when too few are."""
+    if cfg.data.source == "recall":
+        return [], "data.source=recall: no corpus; only recall documents are evaluated"
+    from mc.data.loader import make_source  # noqa: PLC0415 - corpus scanning only when needed
+
+    src = make_source(cfg.data, "val", max_files=max_files)
+    docs = src.docs
+    long_ = [i for i in range(len(docs)) if docs.num_tokens(i) >= doc_tokens]
+    g = torch.Generator().manual_seed(cfg.train.seed + 7919)
+    order = torch.randperm(len(long_), generator=g).tolist()[:n]
+    out = []
+    for j in order:
+        i = long_[j]
+        toks = docs.tokens(i)
+        start = int(torch.randint(0, toks.numel() - doc_tokens + 1, (1,), generator=g))
+        out.append(EvalDoc("corpus", f"{docs.keys[i]}@{start}", toks[start:start + doc_tokens].clone()))
+    note = f"{len(out)} windows of distinct {docs.name} documents >= {doc_tokens} tokens"
+    if len(out) < n:
+        extra = src.stream.sample_batch(n - len(out), doc_tokens, g)
+        out += [EvalDoc("corpus", f"{docs.name}:stream#{k}", row) for k, row in enumerate(extra)]
+        note += f"; {n - len(out) + len(extra)} stream windows (spanning documents) made up the rest"
+    return out, note
+
+
+def recall_eval_docs(cfg: RunConfig, n: int, doc_tokens: int) -> list[EvalDoc]:
+    """Validation-seed recall documents (a seed namespace disjoint from training's)."""
+    from mc.data.loader import RecallSource  # noqa: PLC0415
+
+    src = RecallSource(cfg.data.recall, "val")
+    docs = [src.doc(k, seq_len=doc_tokens) for k in range(n)]
+    return [EvalDoc("recall", f"recall:val#{k}", d.ids, d) for k, d in enumerate(docs)]
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _eval_config(cfg: RunConfig) -> RunConfig:
+    """The config the evaluation controller runs: training compile modes off (no train warm-up)."""
+    ecfg = copy.deepcopy(cfg)
+    ecfg.compile.lensnet.train = "off"
+    ecfg.compile.gistnet.train = "off"
+    return ecfg
+
+
+def load_trained_controller(cfg: RunConfig, run_dir: str | Path, *, device: torch.device | None = None,
+                            telemetry_dir: str | Path | None = None) -> MCController:
+    """Controller with the stage-1 base and the stage-2 GistNet/LensNet of ``run_dir``.
+
+    Accepts a stage-2 checkpoint holding ``{"controller": state}`` or the controller state itself
+    (``{"gistnet": ..., "lensnet": ...}``). Raises FileNotFoundError naming the missing stage.
+    """
+    from mc.build import build_controller  # noqa: PLC0415 - keeps `import mc.eval` light
+
+    run_dir = Path(run_dir)
+    base_path, aux_path = run_dir / "stage1" / "base.pt", run_dir / "stage2" / "ckpt.pt"
+    if not base_path.is_file():
+        raise FileNotFoundError(f"evaluation needs the stage-1 base model at {base_path}; run stage 1 first "
+                                "(bash run10.sh --stages=stage1)")
+    if not aux_path.is_file():
+        raise FileNotFoundError(f"evaluation needs the stage-2 GistNet/LensNet checkpoint at {aux_path}; run stage 2 "
+                                "first (bash run10.sh --stages=stage2)")
+    ctrl = build_controller(cfg, device=device, base_weights=base_path, run_dir=telemetry_dir)
+    ckpt = torch.load(aux_path, map_location="cpu", weights_only=False)
+    state = ckpt.get("controller", ckpt) if isinstance(ckpt, dict) else None
+    if not isinstance(state, dict) or "gistnet" not in state or "lensnet" not in state:
+        keys = sorted(ckpt) if isinstance(ckpt, dict) else type(ckpt).__name__
+        raise ValueError(f"{aux_path} holds no controller state (expected a 'controller' entry with 'gistnet' and "
+                         f"'lensnet', found {keys}); re-run stage 2")
+    ctrl.load_state_dict(state)
+    for m in (ctrl.base, ctrl.gistnet, ctrl.lensnet):
+        m.eval()
+    return ctrl
+
+
+# ----------------------------------------------------------------------------- WC variants (c) and (d)
+
+
+def _prefix_session(ctrl: MCController, prefix: Tensor, *, focus: bool) -> tuple:
+    """Session over ``prefix`` (``WorkingContext.build(fill=True)`` at the budget), refocused once if
+    ``focus``. Returns ``(session, entries_before_refocus, n_edits)``."""
+    s = ctrl.begin_session(prefix)
+    before = s.wc.entries
+    edits = len(ctrl.refocus().edits) if focus else 0
+    return s, before, edits
+
+
+def _scored_logits(ctrl: MCController, n_scored: int, expect: Tensor) -> tuple[Tensor, Tensor]:
+    """Base-model logits predicting the session's last ``n_scored`` tokens, and those tokens."""
+    s = ctrl.session
+    mwc = s.materialize()
+    L = mwc.length
+    logits = ctrl._base_logits(mwc.embeds[None], mwc.positions[None], mwc.lods[None], mwc.mask[None])[0]  # [bucket, V]
+    if bool((mwc.lods[L - n_scored - 1: L] != 0).any()):
+        raise RuntimeError("evaluation bug: the scored tokens and their predecessor must be LOD0 entries")
+    tgt = mwc.token_ids[L - n_scored: L]
+    if not torch.equal(tgt.cpu(), expect.cpu()):
+        raise RuntimeError("evaluation bug: the working context's last entries are not the scored tokens")
+    return logits[L - n_scored - 1: L - 1].float(), tgt
+
+
+@torch.no_grad()
+def wc_tail_loss(ctrl: MCController, ids: Tensor, *, tail: int, focus: bool) -> dict:
+    """Variant (c)/(d) tail loss: WC over ``ids[:-tail]`` (+ refocus), tail appended at LOD0."""
+    s, before, edits = _prefix_session(ctrl, ids[:-tail], focus=focus)
+    after = s.wc.entries
+    ctrl.append(ids[-tail:], refocus=False)  # the session makes room (collapses) within the budget
+    logits, tgt = _scored_logits(ctrl, tail, ids[-tail:])
+    return {"loss": float(F.cross_entropy(logits, tgt)), "entries": len(s.wc), "edits": edits,
+            "before": before, "after": after}
+
+
+@torch.no_grad()
+def wc_recall(ctrl: MCController, ids: Tensor, *, value_len: int, focus: bool) -> dict:
+    """Variant (c)/(d) recall: greedy decode of ``value_len`` tokens after the query through the
+    controller, and (in a second, identical session) the teacher-forced loss of the value."""
+    prompt, answer = ids[:-value_len], ids[-value_len:]
+    s, before, edits = _prefix_session(ctrl, prompt, focus=focus)
+    after = s.wc.entries
+    out = []
+    for _ in range(value_len):  # no refocus while answering: the layout chosen at the query stands
+        tok = int(ctrl.next_token_logits().argmax())
+        out.append(tok)
+        ctrl.append(torch.tensor([tok]), refocus=False)
+    entries = len(s.wc)
+    _prefix_session(ctrl, prompt, focus=focus)
+    ctrl.append(answer, refocus=False)
+    logits, tgt = _scored_logits(ctrl, value_len, answer)
+    return {"nll": float(F.cross_entropy(logits, tgt)), "exact": out == answer.tolist(), "predicted": out,
+            "entries": entries, "edits": edits, "before": before, "after": after}
+
+
+# ----------------------------------------------------------------------------- the evaluation
+
+
+def _lod_map_record(doc: EvalDoc, num_tokens: int, before: list, after: list, cfg: RunConfig, what: str) -> dict:
+    rec = {"source": doc.source, "doc": doc.name, "what": what, "num_tokens": num_tokens,
+           "block_size": cfg.mc.block_size, "max_lod": cfg.mc.max_lod,
+           "before": [list(e) for e in before], "after": [list(e) for e in after], "highlights": []}
+    if doc.recall is not None:
+        r = doc.recall
+        rec["highlights"] = [{"label": "queried record", "span": list(r.queried_span)},
+                             {"label": "query", "span": [r.query_start, r.answer_span[0]]}]
+    return rec
+
+
+def _show(ids: list[int]) -> str:
+    """Decoded ids for the report: printable ASCII as is, anything else as an escape."""
+    return "".join(chr(t) if 32 <= t < 127 else (f"\\x{t:02x}" if t < 256 else f"<{t}>") for t in ids)
+
+
+def _summarise(per_doc: list[dict]) -> tuple[dict, dict]:
+    metrics: dict[str, dict] = {}
+    paired: dict[str, dict] = {}
+    for metric in ("corpus_tail_loss", "recall_tail_loss", "recall_answer_nll", "recall_accuracy"):
+        rows = [d["values"][metric] for d in per_doc if metric in d["values"]]
+        ci = proportion_ci if metric == "recall_accuracy" else mean_ci
+        metrics[metric] = {v: ci([float(r[v]) for r in rows]) for v in VARIANTS}
+        paired[metric] = {f"{a}-{b}": paired_diff_ci([float(r[a]) for r in rows], [float(r[b]) for r in rows])
+                          for a, b in PAIRS}
+    return metrics, paired
+
+
+def evaluate_docs(ctrl: MCController, cfg: RunConfig, docs: list[EvalDoc], *, progress: bool = False) -> dict:
+    """Score every document under the four variants; per-document rows, summaries and LOD maps."""
+    mc, ev = cfg.mc, cfg.eval
+    B, T, vl = mc.max_entries, ev.tail_tokens, cfg.data.recall.value_len
+    full_window = cfg.model.max_seq_len
+    base = ctrl.base
+    per_doc, lod_maps = [], []
+    kept = {"corpus": 0, "recall": 0}
+    try:
+        from tqdm import tqdm  # noqa: PLC0415
+        bar = tqdm(total=len(docs), desc="eval", disable=not progress, leave=False)
+    except ImportError:  # pragma: no cover - tqdm is a dependency
+        bar = None
+    for doc in docs:
+        n = doc.ids.numel()
+        if n <= B:
+            raise ValueError(f"evaluation document {doc.name} has {n} tokens, not more than the budget "
+                             f"mc.max_entries={B}; raise eval.doc_tokens")
+        row = {"source": doc.source, "doc": doc.name, "num_tokens": n, "values": {}, "entries": {}}
+        c = wc_tail_loss(ctrl, doc.ids, tail=T, focus=False)
+        d = wc_tail_loss(ctrl, doc.ids, tail=T, focus=True)
+        key = f"{doc.source}_tail_loss"
+        row["values"][key] = {"full": lod0_tail_loss(base, doc.ids, window=min(n, full_window), tail=T),
+                              "recency": lod0_tail_loss(base, doc.ids, window=B, tail=T),
+                              "compressed": c["loss"], "focused": d["loss"]}
+        row["entries"]["tail"] = {"full": min(n, full_window), "recency": B, "compressed": c["entries"],
+                                  "focused": d["entries"]}
+        row["edits"] = {"tail": d["edits"]}
+        if doc.recall is not None:
+            rc = wc_recall(ctrl, doc.ids, value_len=vl, focus=False)
+            rd = wc_recall(ctrl, doc.ids, value_len=vl, focus=True)
+            fa = lod0_answer(base, doc.ids, window=min(n, full_window), value_len=vl)
+            rb = lod0_answer(base, doc.ids, window=B, value_len=vl)
+            row["values"]["recall_answer_nll"] = {"full": fa["nll"], "recency": rb["nll"], "compressed": rc["nll"],
+                                                  "focused": rd["nll"]}
+            row["values"]["recall_accuracy"] = {"full": fa["exact"], "recency": rb["exact"],
+                                                "compressed": rc["exact"], "focused": rd["exact"]}
+            row["predicted"] = {"answer": doc.recall.answer,
+                                **{k: _show(r["predicted"]) for k, r in (("full", fa), ("recency", rb), ("compressed", rc), ("focused", rd))}}
+            row["entries"]["recall"] = {"full": min(n, full_window), "recency": B, "compressed": rc["entries"],
+                                        "focused": rd["entries"]}
+            row["edits"]["recall"] = rd["edits"]
+            if kept["recall"] < N_LOD_MAPS:
+                lod_maps.append(_lod_map_record(doc, n - vl, rd["before"], rd["after"], cfg, "recall prompt"))
+                kept["recall"] += 1
+        elif kept["corpus"] < N_LOD_MAPS:
+            lod_maps.append(_lod_map_record(doc, n - T, d["before"], d["after"], cfg, "prefix before the tail"))
+            kept["corpus"] += 1
+        per_doc.append(row)
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    metrics, paired = _summarise(per_doc)
+    return {"per_doc": per_doc, "metrics": metrics, "paired": paired, "lod_maps": lod_maps}
+
+
+def _variant_labels(cfg: RunConfig) -> dict:
+    n, msl, B = cfg.eval.doc_tokens, cfg.model.max_seq_len, cfg.mc.max_entries
+    full = (f"(a) full context: all {n} tokens at LOD0" if n <= msl else
+            f"(a) full context truncated to the base model's context: last {msl} of {n} tokens at LOD0 "
+            "(the whole document is longer than model.max_seq_len)")
+    return {"full": full,
+            "recency": f"(b) recency only: last {B} tokens at LOD0",
+            "compressed": f"(c) compressed, no focus: <= {B} entries (LOD0 tail + gists, WorkingContext.build fill=True)",
+            "focused": (f"(d) LensNet-focused: (c) + one refocus of {cfg.allocator.inference.iterations} allocator "
+                        f"iterations (<= {cfg.allocator.inference.max_edits} edits each)")}
+
+
+def run_evaluation(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, max_files: int | None = None) -> dict:
+    """Evaluate the run in ``run_dir``; writes ``run_dir/eval/eval.json`` and returns its content.
+
+    ``max_files`` caps the stdlib corpus scan (tests and quick runs).
+    """
+    from mc.build import resolve_device  # noqa: PLC0415
+    from mc.compile.boundary import unfreeze  # noqa: PLC0415
+
+    run_dir = Path(run_dir)
+    ev = cfg.eval
+    t0 = time.time()
+    ecfg = _eval_config(cfg)
+    device = resolve_device(cfg.train.device)
+    ctrl = load_trained_controller(ecfg, run_dir, device=device, telemetry_dir=run_dir)
+    corpus, corpus_note = corpus_eval_docs(cfg, ev.n_docs, ev.doc_tokens, max_files=max_files)
+    docs = corpus + recall_eval_docs(cfg, ev.n_docs, ev.doc_tokens)
+    compiled = ecfg.compile.lensnet.inference != "off" or ecfg.compile.gistnet.inference != "off"
+    try:
+        if compiled:
+            ctrl.warmup()
+        result = evaluate_docs(ctrl, ecfg, docs, progress=progress)
+    finally:
+        if compiled:
+            unfreeze(ctrl.telemetry.monitor)
+    snap = ctrl.telemetry.snapshot()
+    ctrl.telemetry.close()
+    out = {
+        "kind": "mc-eval",
+        "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "preset": cfg.preset,
+        "device": str(device),
+        "torch": torch.__version__,
+        "seconds": round(time.time() - t0, 2),
+        "budget": cfg.mc.max_entries,
+        "settings": {"n_docs": ev.n_docs, "doc_tokens": ev.doc_tokens, "tail_tokens": ev.tail_tokens,
+                     "value_len": cfg.data.recall.value_len, "max_seq_len": cfg.model.max_seq_len,
+                     "refocus": to_dict(cfg.allocator), "compile_inference": {
+                         "lensnet": ecfg.compile.lensnet.inference, "gistnet": ecfg.compile.gistnet.inference}},
+        "ci": {"losses": "mean with a normal-approximation 95% interval over documents (sd ddof=1)",
+               "accuracy": "share of documents with a Wilson score 95% interval",
+               "paired": "per-document difference a-b, normal-approximation 95% interval"},
+        "documents": {"corpus": corpus_note, "n_corpus": len(corpus), "n_recall": len(docs) - len(corpus)},
+        "variants": _variant_labels(cfg),
+        **result,
+        "controller_calls": snap.get("calls", {}).get("totals"),
+        "cudagraph": snap.get("cudagraph"),
+    }
+    path = run_dir / "eval" / "eval.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(out, indent=1, default=str))
+    os.replace(tmp, path)
+    return out

@@ -1,0 +1,135 @@
+"""PNG plots for the run report: training curves, LOD maps, and the evaluation bars.
+
+matplotlib is optional: :func:`matplotlib_missing` says why plots cannot be drawn (the report then
+says so); every ``plot_*`` function writes one PNG with the non-interactive Agg backend and
+returns its path.
+
+LOD map: one horizontal band per layout (before / after refocus); x = token position in the
+history, colour = the LOD of the working-context entry covering that token (0 = raw tokens,
+darker = coarser gists). Thin white ticks separate neighbouring gists so they can be counted;
+highlighted spans (recall: the queried record and the query) are
+drawn as outlined boxes above the bands.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+
+def matplotlib_missing() -> str | None:
+    """None when matplotlib can draw here, else the reason (for the report)."""
+    try:
+        import matplotlib  # noqa: PLC0415
+
+        matplotlib.use("Agg", force=True)
+        import matplotlib.pyplot  # noqa: F401, PLC0415
+    except Exception as exc:  # ImportError, or a broken backend install
+        return f"matplotlib is not importable ({type(exc).__name__}: {exc}); pip install matplotlib to get plots"
+    return None
+
+
+def _plt():
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    return plt
+
+
+def plot_curves(series: dict[str, tuple[Sequence[float], Sequence[float]]], path: str | Path, *, title: str,
+                xlabel: str = "step", ylabel: str = "") -> Path:
+    """Line plot of ``{label: (steps, values)}``."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=110)
+    for label, (xs, ys) in series.items():
+        ax.plot(list(xs), list(ys), label=label, marker="." if len(xs) < 40 else None, linewidth=1.4)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    if series:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _token_lods(entries: Sequence[Sequence[int]], block_size: int) -> tuple[list[int], list[int], list[int]]:
+    """Per entry: start, width, lod (entries are ``(lod, index)``)."""
+    starts, widths, lods = [], [], []
+    for lod, idx in entries:
+        w = block_size ** int(lod)
+        starts.append(int(idx) * w)
+        widths.append(w)
+        lods.append(int(lod))
+    return starts, widths, lods
+
+
+def plot_lod_map(record: dict, path: str | Path) -> Path:
+    """Before/after-refocus LOD bands of one working context (a record of ``eval.json["lod_maps"]``)."""
+    plt = _plt()
+    from matplotlib.patches import Patch, Rectangle  # noqa: PLC0415
+
+    K, max_lod, n = int(record["block_size"]), int(record["max_lod"]), int(record["num_tokens"])
+    palette = ["#fde725", "#35b779", "#31688e", "#440154", "#000000"]
+    colours = [palette[min(i, len(palette) - 1)] for i in range(max_lod + 1)]
+    fig, ax = plt.subplots(figsize=(9, 2.3), dpi=110)
+    rows = [("after refocus", record["after"]), ("before refocus", record["before"])]
+    for y, (label, entries) in enumerate(rows):
+        starts, widths, lods = _token_lods(entries, K)
+        ax.broken_barh(list(zip(starts, widths)), (y + 0.1, 0.8), facecolors=[colours[l] for l in lods],
+                       edgecolors="none")
+        # entry boundaries of gists, so individual gists are countable
+        gx = [s for s, l in zip(starts, lods) if l > 0]
+        ax.vlines(gx, y + 0.1, y + 0.9, colors="white", linewidth=0.4)
+    for h in record.get("highlights", []):
+        s, e = h["span"]
+        ax.add_patch(Rectangle((s, -0.15), max(e - s, n / 400), 2.3, fill=False, edgecolor="#d62728", linewidth=1.2))
+        right = s > 0.8 * n  # keep labels near the right edge inside the axes
+        ax.text(e if right else s, 2.25, h["label"], color="#d62728", fontsize=7, va="bottom",
+                ha="right" if right else "left")
+    ax.set_xlim(0, n)
+    ax.set_ylim(-0.2, 2.6)
+    ax.set_yticks([0.5, 1.5], [f"{label}\n{len(entries)} entries" for label, entries in rows], fontsize=7)
+    ax.set_xlabel("token position in the history")
+    ax.set_title(f"{record.get('doc', '')}: {record.get('what', '')} ({n} tokens, K={K})", fontsize=9)
+    ax.legend(handles=[Patch(color=colours[l], label=f"LOD{l} ({K ** l} tok)") for l in range(max_lod + 1)],
+              loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def plot_eval_bars(metrics: dict, variants: Sequence[str], path: str | Path) -> Path:
+    """One panel per metric: mean per variant with its 95% interval as an error bar."""
+    plt = _plt()
+    names = [m for m, per in metrics.items() if any((per.get(v) or {}).get("mean") is not None for v in variants)]
+    fig, axes = plt.subplots(1, max(1, len(names)), figsize=(3.2 * max(1, len(names)), 3.0), dpi=110, squeeze=False)
+    for ax, name in zip(axes[0], names):
+        per = metrics[name]
+        xs, means, lo, hi = [], [], [], []
+        for v in variants:
+            ci = per.get(v) or {}
+            if ci.get("mean") is None:
+                continue
+            xs.append(v)
+            means.append(ci["mean"])
+            lo.append(max(0.0, ci["mean"] - ci["lo"]))
+            hi.append(max(0.0, ci["hi"] - ci["mean"]))
+        ax.bar(xs, means, yerr=[lo, hi], capsize=3, color=["#999999", "#6baed6", "#fd8d3c", "#31a354"][:len(xs)])
+        ax.set_title(name.replace("_", " "), fontsize=9)
+        ax.tick_params(axis="x", labelrotation=30, labelsize=8)
+        ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -1,0 +1,67 @@
+"""Benchmark: config overrides, the Markdown table, and a --quick run in a subprocess."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mc.bench import MODES, apply_overrides, to_markdown
+from mc.config import ConfigError, RunConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_apply_overrides_without_hydra():
+    cfg = apply_overrides(RunConfig(), ["mc.bucket_ladder=[64,128,256]", "allocator.expand_threshold=0",
+                                       "train.device=cpu", "compile.lensnet.inference=reduce-overhead"])
+    assert cfg.mc.bucket_ladder == [64, 128, 256]
+    assert cfg.allocator.expand_threshold == 0.0 and isinstance(cfg.allocator.expand_threshold, float)
+    assert cfg.compile.lensnet.inference == "reduce-overhead"
+    with pytest.raises(ValueError, match="unknown config key"):
+        apply_overrides(RunConfig(), ["mc.nope=1"])
+    with pytest.raises(ConfigError):  # validation runs after the overrides
+        apply_overrides(RunConfig(), ["mc.block_size=1"])
+
+
+def test_markdown_table_shape():
+    res = {"device": "cpu", "device_name": "CPU test", "torch": "2.x", "python": "3.11", "date": "d", "quick": True,
+           "config": {"preset": "cpu", "model": {"d_model": 32, "n_layers": 1}, "stage2_batch": 1,
+                      "mc": {"block_size": 4, "max_lod": 2, "max_entries": 32, "bucket_ladder": [32],
+                             "history_tokens": 64}},
+           "cudagraph": {"eager": "n/a (cpu)", "default": "n/a (cpu)"},
+           "rows": [{"case": "train_step", "mode": "default", "median_s": 0.5e-3, "ratio_to_eager": 0.8,
+                     "first_call_cold_s": 12.0, "first_call_warm_s": 3.0, "graphs": 4}],
+           "errors": {"max-autotune-no-cudagraphs": {"cold": "worker exited with 1", "stderr_tail": ["boom"]}}}
+    md = to_markdown(res)
+    assert "| train_step | default | 0.50 ms | 0.80x | 12.00 s | 3.00 s | 4 |" in md
+    assert "CPU test" in md and "torch 2.x" in md
+    assert "max-autotune-no-cudagraphs failed" in md and "boom" in md
+
+
+def test_quick_bench_subprocess(tmp_path):
+    """eager + default, the allocator call only, one bucket: the whole pipeline incl. the Mega-Cache."""
+    out_json, out_md = tmp_path / "b.json", tmp_path / "b.md"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "mc_bench.py"), "mc.bucket_ladder=[32]",
+                           "--quick", "--modes", "eager", "default", "--cases", "lensnet", "--reps", "3",
+                           "--json", str(out_json), "--md", str(out_md)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    res = json.loads(out_json.read_text())
+    assert res["modes"] == ["eager", "default"] and set(res["modes"]) <= set(MODES)
+    rows = {(r["case"], r["mode"]): r for r in res["rows"]}
+    assert set(rows) == {("lensnet_call@32", "eager"), ("lensnet_call@32", "default")}
+    assert rows[("lensnet_call@32", "eager")]["ratio_to_eager"] == 1.0
+    d = rows[("lensnet_call@32", "default")]
+    assert d["ratio_to_eager"] > 0 and d["median_s"] > 0
+    assert d["graphs"] is None or d["graphs"] >= 1  # compiled once on the first call
+    assert rows[("lensnet_call@32", "eager")]["graphs"] == 0
+    warm = d["first_call_warm_s"]
+    assert isinstance(warm, float) or str(warm).startswith("n/a"), warm  # a time, or n/a with the reason
+    md = out_md.read_text()
+    assert "| case | mode | median | ratio to eager |" in md and "lensnet_call@32 | default" in md
+    assert res["torch"] and res["device_name"] and res["date"]

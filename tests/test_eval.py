@@ -1,0 +1,145 @@
+"""Evaluation: end to end on tiny untrained nets, the budget of every variant, the CI maths."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from mc.build import build_controller, build_nets
+from mc.config import RunConfig, validate
+from mc.eval.baselines import lod0_answer, lod0_tail_loss
+from mc.eval.evaluate import VARIANTS, load_trained_controller, run_evaluation, wc_recall, wc_tail_loss
+from mc.eval.stats import mean_ci, paired_diff_ci, proportion_ci
+
+
+def tiny_cfg(**eval_kw) -> RunConfig:
+    c = RunConfig()
+    c.model.d_model, c.model.n_layers, c.model.n_heads, c.model.max_seq_len = 32, 1, 2, 128
+    for net in (c.gistnet, c.lensnet):
+        net.d_model, net.n_layers, net.n_heads = 32, 1, 2
+    c.mc.block_size, c.mc.max_lod, c.mc.max_entries, c.mc.recent_tokens = 4, 2, 48, 16
+    c.mc.bucket_ladder, c.mc.gist_bucket_ladder, c.mc.history_tokens = [16, 32, 48], [1, 4, 16], 256
+    r = c.data.recall
+    r.doc_tokens, r.n_records, r.key_len, r.value_len = 256, 3, 2, 2
+    c.eval.n_docs, c.eval.doc_tokens, c.eval.tail_tokens = 3, 256, 8
+    for k, v in eval_kw.items():
+        setattr(c.eval, k, v)
+    c.train.device = "cpu"
+    c.telemetry.jsonl = False
+    # untrained LensNet scores sit near 0: low thresholds make the refocus actually edit
+    c.allocator.expand_threshold = c.allocator.collapse_threshold = 0.0
+    return validate(c)
+
+
+def fake_run(tmp_path, cfg, *, wrap=True):
+    base, gist, lens = build_nets(cfg, torch.device("cpu"))
+    (tmp_path / "stage1").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "stage2").mkdir(parents=True, exist_ok=True)
+    torch.save({"model": base.state_dict(), "step": 3}, tmp_path / "stage1" / "base.pt")
+    state = {"gistnet": gist.state_dict(), "lensnet": lens.state_dict()}
+    torch.save({"controller": state, "step": 5} if wrap else state, tmp_path / "stage2" / "ckpt.pt")
+    return tmp_path
+
+
+def test_run_evaluation_end_to_end(tmp_path):
+    cfg = tiny_cfg()
+    out = run_evaluation(cfg, fake_run(tmp_path, cfg), progress=False, max_files=150)
+    on_disk = json.loads((tmp_path / "eval" / "eval.json").read_text())
+    assert on_disk["budget"] == cfg.mc.max_entries
+    assert set(on_disk["variants"]) == set(VARIANTS)
+    assert out["documents"]["n_recall"] == 3 and out["documents"]["n_corpus"] == 3
+    for metric in ("corpus_tail_loss", "recall_tail_loss", "recall_answer_nll", "recall_accuracy"):
+        for v in VARIANTS:
+            ci = on_disk["metrics"][metric][v]
+            assert ci["n"] == 3, (metric, v)
+            assert ci["lo"] <= ci["mean"] <= ci["hi"], (metric, v, ci)
+            assert math.isfinite(ci["mean"])
+        assert set(on_disk["paired"][metric]) == {"focused-recency", "focused-compressed", "compressed-recency"}
+    # untrained byte model: the loss is near log(259)
+    assert 4.0 < on_disk["metrics"]["corpus_tail_loss"]["recency"]["mean"] < 7.0
+    maps = on_disk["lod_maps"]
+    assert {m["source"] for m in maps} == {"corpus", "recall"}
+    for m in maps:  # entries tile the history before and after the refocus
+        for key in ("before", "after"):
+            assert sum(cfg.mc.block_size ** lod for lod, _ in m[key]) == m["num_tokens"]
+    assert any(m["before"] != m["after"] for m in maps), "the refocus never changed a layout"
+
+
+def test_variants_use_the_budget(tmp_path):
+    cfg = tiny_cfg(n_docs=2)
+    out = run_evaluation(cfg, fake_run(tmp_path, cfg), progress=False, max_files=150)
+    B, K = cfg.mc.max_entries, cfg.mc.block_size
+    for row in out["per_doc"]:
+        for task, ent in row["entries"].items():
+            assert ent["recency"] == B, (task, ent)
+            # fill=True expands while a block fits, appends collapse K siblings (freeing K-1) only when
+            # the budget is full: the context ends within one block of the budget, never over it
+            assert B - K < ent["compressed"] <= B, (task, ent)
+            assert ent["focused"] <= B, (task, ent)
+            assert ent["full"] == cfg.model.max_seq_len  # 256-token docs > max_seq_len: truncated, labelled
+    assert "truncated" in out["variants"]["full"]
+
+
+def test_all_lod0_context_matches_the_plain_base_model(tmp_path):
+    """With a document that fits the budget, (c) is all LOD0 and must equal the plain LOD0 window:
+    this pins the tail alignment (which logits predict which tokens) and LOD0 == plain rotary."""
+    cfg = tiny_cfg()
+    ctrl = load_trained_controller(cfg, fake_run(tmp_path, cfg), device=torch.device("cpu"))
+    B, T = cfg.mc.max_entries, cfg.eval.tail_tokens
+    ids = torch.randint(0, 256, (B,), generator=torch.Generator().manual_seed(3))
+    c = wc_tail_loss(ctrl, ids, tail=T, focus=False)
+    assert all(lod == 0 for lod, _ in c["after"]) and c["entries"] == B
+    assert c["loss"] == pytest.approx(lod0_tail_loss(ctrl.base, ids, window=B, tail=T), abs=1e-5)
+    vl = cfg.data.recall.value_len
+    rc = wc_recall(ctrl, ids, value_len=vl, focus=False)
+    ra = lod0_answer(ctrl.base, ids, window=B, value_len=vl)
+    assert rc["nll"] == pytest.approx(ra["nll"], abs=1e-5)
+    assert rc["predicted"] == ra["predicted"]
+
+
+def test_bare_controller_state_and_missing_files(tmp_path):
+    cfg = tiny_cfg()
+    ctrl = load_trained_controller(cfg, fake_run(tmp_path / "bare", cfg, wrap=False), device=torch.device("cpu"))
+    assert ctrl.lensnet is not None
+    with pytest.raises(FileNotFoundError, match="stage-1"):
+        load_trained_controller(cfg, tmp_path / "nothing")
+    (tmp_path / "half" / "stage1").mkdir(parents=True)
+    torch.save(build_controller(cfg).base.state_dict(), tmp_path / "half" / "stage1" / "base.pt")
+    with pytest.raises(FileNotFoundError, match="stage 2"):
+        load_trained_controller(cfg, tmp_path / "half")
+    (tmp_path / "half" / "stage2").mkdir()
+    torch.save({"optimizer": {}}, tmp_path / "half" / "stage2" / "ckpt.pt")
+    with pytest.raises(ValueError, match="no controller state"):
+        load_trained_controller(cfg, tmp_path / "half")
+
+
+def test_mean_ci_known_values():
+    ci = mean_ci([1.0, 2.0, 3.0, 4.0])
+    sd = math.sqrt(5 / 3)  # sample sd of 1..4
+    assert ci["mean"] == 2.5 and ci["sd"] == pytest.approx(sd)
+    assert ci["hi"] - ci["mean"] == pytest.approx(1.959964 * sd / 2, rel=1e-6)
+    assert ci["method"] == "normal"
+    assert mean_ci([]) ["mean"] is None and mean_ci([]) ["n"] == 0
+    one = mean_ci([0.7])
+    assert one["lo"] == one["hi"] == 0.7
+    with pytest.raises(ValueError, match="non-finite"):
+        mean_ci([1.0, float("nan")])
+
+
+def test_proportion_ci_wilson_known_values():
+    ci = proportion_ci([1] * 8 + [0] * 2)  # 8/10: Wilson 95% = [0.4902, 0.9433]
+    assert ci["mean"] == 0.8 and ci["method"] == "wilson"
+    assert ci["lo"] == pytest.approx(0.4902, abs=1e-4) and ci["hi"] == pytest.approx(0.9433, abs=1e-4)
+    zero = proportion_ci([False] * 5)  # never a zero-width interval at 0%
+    assert zero["lo"] == 0.0 and zero["hi"] == pytest.approx(0.4345, abs=1e-4)
+    with pytest.raises(ValueError, match="0/1"):
+        proportion_ci([0.5])
+
+
+def test_paired_diff_ci():
+    d = paired_diff_ci([3.0, 4.0, 5.0], [2.0, 3.0, 4.5])
+    assert d["mean"] == pytest.approx(2.5 / 3)
+    with pytest.raises(ValueError, match="same documents"):
+        paired_diff_ci([1.0], [1.0, 2.0])

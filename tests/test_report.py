@@ -1,0 +1,108 @@
+"""Report: renders with and without every optional part; plots exist when matplotlib is present."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import mc.plots
+from mc.config import RunConfig
+from mc.report import write_report
+
+
+def _eval_json() -> dict:
+    ci = lambda m: {"mean": m, "lo": m - 0.1, "hi": m + 0.1, "n": 4, "method": "normal"}  # noqa: E731
+    acc = lambda p: {"mean": p, "lo": max(0.0, p - 0.3), "hi": min(1.0, p + 0.3), "n": 4, "k": int(4 * p),  # noqa: E731
+                     "method": "wilson"}
+    variants = ("full", "recency", "compressed", "focused")
+    return {
+        "kind": "mc-eval", "created": "2026-01-01 00:00:00", "preset": "cpu", "device": "cpu", "torch": "x",
+        "seconds": 1.0, "budget": 48,
+        "settings": {"doc_tokens": 256, "tail_tokens": 8, "value_len": 2},
+        "documents": {"corpus": "4 windows", "n_corpus": 4, "n_recall": 4},
+        "ci": {"losses": "normal", "accuracy": "wilson"},
+        "variants": {v: f"({v}) label" for v in variants},
+        "metrics": {"corpus_tail_loss": {v: ci(2.0 + i * 0.1) for i, v in enumerate(variants)},
+                    "recall_accuracy": {v: acc(p) for v, p in zip(variants, (0.0, 0.0, 0.25, 0.75))}},
+        "paired": {"corpus_tail_loss": {"focused-recency": ci(-0.2)}},
+        "per_doc": [{"doc": "recall:val#0", "edits": {"tail": 2, "recall": 0},
+                     "predicted": {"answer": "12", "full": "1\\x80", "recency": "00", "compressed": "13", "focused": "12"}}],
+        "lod_maps": [{"source": "recall", "doc": "recall:val#0", "what": "recall prompt", "num_tokens": 40,
+                      "block_size": 4, "max_lod": 2, "before": [[2, 0], [2, 1]] + [[0, t] for t in range(32, 40)],
+                      "after": [[1, 0], [1, 1], [0, 8], [0, 9], [0, 10], [0, 11], [1, 3], [2, 1]]
+                      + [[0, t] for t in range(32, 40)],
+                      "highlights": [{"label": "queried record", "span": [9, 12]}]}],
+    }
+
+
+def _full_run(tmp_path):
+    (tmp_path / "stage1").mkdir()
+    (tmp_path / "stage1" / "metrics.jsonl").write_text(
+        "\n".join(json.dumps({"step": s, "train_loss": 5.0 - s * 0.1, "lr": 1e-3, "val_loss": 5.1 - s * 0.1})
+                  for s in range(1, 6)) + "\nnot json\n")
+    (tmp_path / "stage2").mkdir()
+    (tmp_path / "stage2" / "metrics.jsonl").write_text(
+        "\n".join(json.dumps({"step": s, "lm_loss": 3.0, "pref_loss": 0.7 - 0.01 * s, "pref_acc": 0.5 + 0.01 * s,
+                              "note": "text is ignored", "flag": True}) for s in range(1, 4)) + "\n")
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "eval.json").write_text(json.dumps(_eval_json()))
+    (tmp_path / "harness").mkdir()
+    (tmp_path / "harness" / "verdict.json").write_text(json.dumps({
+        "passed": True, "device": "cpu", "torch_version": "x", "recompiles_after_warmup": 0, "graph_breaks": 0,
+        "cudagraph": {"status": "n/a (cpu)"}, "info": {"compile_modes": {"lensnet": "reduce-overhead"}},
+        "checks": {"graph_breaks": {"passed": True, "value": 0, "detail": "0 graph breaks"}}}))
+    (tmp_path / "telemetry.jsonl").write_text("\n".join(json.dumps(e) for e in (
+        {"kind": "compile", "trigger": "DYNAMO", "phase": "warmup", "duration_s": 1.5},
+        {"kind": "compile", "trigger": "LAZY_BACKWARD", "phase": "warmup", "duration_s": 0.5},
+        {"kind": "recompile", "phase": "warmup", "co_name": "forward", "reason": "size mismatch"},
+        {"kind": "step", "step": 0})) + "\n")
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "bench.json").write_text(json.dumps({
+        "device": "cpu", "device_name": "CPU", "torch": "x", "python": "3", "date": "today", "quick": True,
+        "config": {"preset": "cpu", "model": {"d_model": 32, "n_layers": 1},
+                   "mc": {"block_size": 4, "max_lod": 2, "max_entries": 32, "bucket_ladder": [32], "history_tokens": 64},
+                   "stage2_batch": 1},
+        "cudagraph": {"eager": "n/a (cpu)"},
+        "rows": [{"case": "lensnet_call@32", "mode": "eager", "median_s": 0.002, "ratio_to_eager": 1.0,
+                  "first_call_cold_s": 0.01, "first_call_warm_s": "n/a (eager)", "graphs": 0}]}))
+    return tmp_path
+
+
+def test_report_with_every_part(tmp_path):
+    run = _full_run(tmp_path)
+    text = write_report(RunConfig(name="t"), run).read_text()
+    assert "Not available" not in text and "Missing parts" not in text
+    assert "| focused | 2.300 [2.200, 2.400]" in text and "75.0%" in text
+    assert "focused − recency" in text
+    assert "PASSED" in text and "| recompiles (with guard text) | 1 |" in text
+    assert "lensnet_call@32" in text
+    assert "1 unreadable line(s) skipped" in text  # the broken metrics line is counted, not fatal
+    for png in ("lod_map_0.png", "stage1_losses.png", "stage2_losses.png", "stage2_accuracy.png", "eval_bars.png"):
+        assert (run / "plots" / png).is_file(), png
+        assert f"plots/{png}" in text
+    assert (run / "plots" / "lod_map_0.png").stat().st_size > 2000
+
+
+def test_report_with_nothing(tmp_path):
+    text = write_report(RunConfig(), tmp_path).read_text()
+    for part in ("stage1 metrics", "stage2 metrics", "evaluation", "harness verdict", "run telemetry", "benchmark"):
+        assert part in text.split("## Missing parts")[1], part
+    assert not (tmp_path / "plots").exists()
+
+
+def test_report_without_matplotlib(tmp_path, monkeypatch):
+    monkeypatch.setattr(mc.plots, "matplotlib_missing", lambda: "matplotlib is not importable (test)")
+    run = _full_run(tmp_path)
+    text = write_report(RunConfig(), run).read_text()
+    assert "Plots skipped: matplotlib is not importable (test)" in text
+    assert not (run / "plots").exists()
+    assert "| focused |" in text  # tables still render
+
+
+def test_report_survives_corrupt_files(tmp_path):
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "eval.json").write_text("{broken")
+    text = write_report(RunConfig(), tmp_path).read_text()
+    assert "eval.json` is unreadable" in text
+    with pytest.raises(FileNotFoundError, match="run folder"):
+        write_report(RunConfig(), tmp_path / "absent")
