@@ -270,6 +270,13 @@ class MCController:
         iters = comp.warmup_iters
         d, k = self.cfg.model.d_model, mc.block_size
         if comp.lensnet.train != "off" or comp.gistnet.train != "off":
+            if self.cudagraphs_possible:
+                # Allocate .grad outside the CUDA-graph pool before the first compiled backward: a grad
+                # that a compiled backward allocates (warm-up runs inside the pool) would be stolen as
+                # .grad and overwritten by a later replay (COMPILE_NOTES 1.2); zeroed in place after.
+                for p in self.aux_parameters():
+                    if p.requires_grad and p.grad is None:
+                        p.grad = torch.zeros_like(p)
             b = self.cfg.train.stage2.batch_size
             for _ in range(iters):
                 ids = torch.randint(0, 256, (b, mc.history_tokens), generator=gen)
@@ -294,7 +301,8 @@ class MCController:
             for size in mc.gist_bucket_ladder:
                 for _ in range(iters):
                     self._run_gistnet(torch.randn(size, k, d, device=self.device), "inference")
-        freeze(comp.freeze, self.telemetry.monitor)
+        if self.telemetry.monitor.started:  # nothing compiles when every mode is "off": nothing to freeze
+            freeze(comp.freeze, self.telemetry.monitor)
         self.warmed_up = True
         return self.telemetry.snapshot()
 
