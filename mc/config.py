@@ -70,7 +70,7 @@ class MCConfig:
     history_tokens: int = 2048  # stage-2 training sequence length T (multiple of K**max_lod)
     n_random_variants: int = 3  # random compressions per training sequence (plus one baseline)
     lens_loss_weight: float = 1.0  # weight of the LensNet preference loss in the stage-2 total
-    pref_beta: float = 4.0  # logistic sharpness of the per-entry preference loss
+    pref_beta: float = 2.0  # logistic sharpness of the per-entry preference loss (2: scores clear the allocator thresholds)
     min_loss_gap: float = 1e-3  # pairs whose loss gap is smaller carry no preference
     freeze_base: bool = True  # stage 2 leaves the base model frozen
 

@@ -103,7 +103,7 @@ def test_recall_structure(seed):
         assert text.count(d.keys[i]) == (2 if i == d.answer_record else 1)  # keys never occur in filler
     assert d.answer_span == (cfg.doc_tokens - cfg.value_len, cfg.doc_tokens)
     assert decode(d.answer_ids()) == d.answer == d.values[d.answer_record]
-    assert decode(d.ids[d.query_start:d.answer_span[0]]) == f"{d.keys[d.answer_record]}?"
+    assert decode(d.ids[d.query_start:d.answer_span[0]]) == f"{d.keys[d.answer_record]}="
     assert text.count(d.answer) == 2  # the record and the answer; filler holds no digits
     blocks = span_blocks(d.queried_span, 32)
     assert d.queried_span[0] // 32 == blocks[0] and (d.queried_span[1] - 1) // 32 == blocks[-1]

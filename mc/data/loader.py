@@ -165,7 +165,7 @@ class Stage2Batch:
 
     tokens: Tensor        # [B, T] long
     is_recall: Tensor     # [B] bool
-    query_start: Tensor   # [B] first token of "KEY?"
+    query_start: Tensor   # [B] first token of the query "KEY="
     answer_start: Tensor  # [B] answer span = the last value_len tokens
     answer_end: Tensor    # [B]
     record_start: Tensor  # [B] span of the queried "KEY=VALUE" record

@@ -2,7 +2,7 @@
 
 Layout of one document of exactly ``doc_tokens`` byte tokens (seeded, deterministic)::
 
-    [BOS] filler \\n KEY=VALUE \\n filler \\n KEY=VALUE \\n ... filler ... \\n KEY?VALUE
+    [BOS] filler \\n KEY=VALUE \\n filler \\n KEY=VALUE \\n ... filler ... \\n KEY=VALUE
           |<------ first records_region of the document ------>|            |query|answer|
 
 * ``n_records`` records ``KEY=VALUE`` sit inside ``[1, int(doc_tokens * records_region))``,
@@ -11,9 +11,12 @@ Layout of one document of exactly ``doc_tokens`` byte tokens (seeded, determinis
 * Filler is pseudo-text made of lowercase words and punctuation, so neither a key (uppercase)
   nor a value (digits) ever appears in it by accident: the record is the only place the answer
   can come from.
-* The document ends with ``\\nKEY?`` for one record's key followed by that record's value, so
+* The document ends with ``\\nKEY=`` for one record's key followed by that record's value, so
   the answer is exactly the last ``value_len`` tokens (``answer_span``) and the model must
-  predict them from the record placed far back.
+  predict them from the record placed far back. The query repeats the record's own ``KEY=``
+  prefix, so answering is a pure copy (an induction-head match on the key), which a small base
+  model can learn in a short stage 1; a different query marker (``KEY?``) would additionally
+  require learning that ``?`` stands for ``=``.
 
 A :class:`RecallDoc` carries the exact token spans of every record, which one is queried, the
 query start and the answer span, so evaluation can score exact recall and training can find the
@@ -56,7 +59,7 @@ class RecallDoc:
     values: tuple[str, ...]              # [n_records]
     record_spans: tuple[tuple[int, int], ...]  # span of each "KEY=VALUE"
     answer_record: int                   # index of the queried record
-    query_start: int                     # first token of the query "KEY?"
+    query_start: int                     # first token of the query "KEY=" (after its newline)
     answer_span: tuple[int, int]         # the last value_len tokens
     seed: int
 
@@ -108,7 +111,7 @@ def check_recall_config(cfg: RecallConfig) -> None:
         raise ValueError(f"{cfg.n_records} records need {need} tokens but the records region holds {region} "
                          f"(doc_tokens={cfg.doc_tokens} * records_region={cfg.records_region}); "
                          "raise doc_tokens or records_region, or lower n_records")
-    query_len = cfg.key_len + cfg.value_len + 2  # "\nKEY?VALUE"
+    query_len = cfg.key_len + cfg.value_len + 2  # "\nKEY=VALUE"
     if region + query_len > cfg.doc_tokens:
         raise ValueError(f"the query ({query_len} tokens) does not fit after the records region "
                          f"({region} of {cfg.doc_tokens} tokens); lower records_region or raise doc_tokens")
@@ -169,7 +172,7 @@ def make_recall_doc(cfg: RecallConfig, seed: int) -> RecallDoc:
         pos += rec_len
         pieces.append("\n")
         pos += 1
-    query = f"\n{keys[answer]}?{values[answer]}"
+    query = f"\n{keys[answer]}={values[answer]}"
     tail = cfg.doc_tokens - pos - len(query)
     pieces.append(filler_text(rng, tail))
     pieces.append(query)

@@ -1,0 +1,101 @@
+"""Pieces both training loops share: device set-up, data samplers, metrics files, resume checks.
+
+Owns: :func:`setup_device` (resolve + matmul precision), :func:`fit_recall` (a recall config that
+fits a given sequence length, dropping records when the length is short), :func:`make_sampler`
+(the corpus + recall mix of ``data.recall_mix`` at one sequence length), :class:`MetricsLog`
+(``metrics.jsonl``: one JSON object per logged step, truncated back to the checkpoint's step on
+resume so a resumed run never shows steps twice) and :func:`check_resume_config`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mc.build import resolve_device
+from mc.config import RecallConfig, RunConfig, to_dict
+from mc.data.loader import Stage2Sampler, make_source
+from mc.data.recall import check_recall_config
+
+
+def setup_device(cfg: RunConfig) -> torch.device:
+    device = resolve_device(cfg.train.device)
+    if device.type == "cuda":
+        torch.set_float32_matmul_precision("high")  # TF32 matmuls: the usual speed/precision trade on GPUs
+    return device
+
+
+def fit_recall(recall: RecallConfig, seq_len: int) -> RecallConfig:
+    """``recall`` at ``doc_tokens=seq_len``; fewer records (at least one) when they would not fit."""
+    cfg = dataclasses.replace(recall, doc_tokens=seq_len)
+    while True:
+        try:
+            check_recall_config(cfg)
+            return cfg
+        except ValueError as e:
+            if cfg.n_records <= 1:
+                raise ValueError(f"recall documents cannot be {seq_len} tokens long: {e}") from e
+            cfg = dataclasses.replace(cfg, n_records=cfg.n_records - 1)
+
+
+def make_sampler(cfg: RunConfig, split: str, seq_len: int, *, max_files: int | None = None) -> Stage2Sampler:
+    """Corpus windows mixed with recall documents (share ``data.recall_mix``), all ``seq_len`` long.
+
+    ``data.source=recall`` gives recall documents only. ``max_files`` caps the stdlib corpus (tests).
+    """
+    recall = fit_recall(cfg.data.recall, seq_len)
+    if cfg.data.source == "recall":
+        return Stage2Sampler(None, recall, 1.0, split)
+    return Stage2Sampler(make_source(cfg.data, split, max_files=max_files), recall, cfg.data.recall_mix, split)
+
+
+class MetricsLog:
+    """Append-only JSONL of per-step metrics; on resume, lines after the checkpoint step are cut."""
+
+    def __init__(self, path: Path, *, resume_step: int | None):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if resume_step is None:
+            self.path.write_text("")
+        elif self.path.exists():
+            kept = [line for line in self.path.read_text().splitlines()
+                    if line.strip() and json.loads(line).get("step", 0) <= resume_step]
+            self.path.write_text("".join(line + "\n" for line in kept))
+
+    def write(self, record: dict[str, Any]) -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def read_metrics(path: str | os.PathLike) -> list[dict]:
+    """All records of a ``metrics.jsonl`` (empty list when the file does not exist)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+# Keys that may change between a checkpoint and its resume without changing what is trained.
+_RESUMABLE_CHANGES = ("steps", "eval_every", "eval_batches", "ckpt_every")
+
+
+def check_resume_config(saved: dict, cfg: RunConfig, stage: str, path: Path) -> None:
+    """A checkpoint of another model shape cannot be resumed: say which key differs."""
+    now = to_dict(cfg)
+    for section in ("model",) + (("gistnet", "lensnet", "mc") if stage == "stage2" else ()):
+        if saved.get(section) != now[section]:
+            diff = sorted(k for k in now[section] if saved.get(section, {}).get(k) != now[section][k])
+            raise ValueError(f"{path} was written with a different {section} config (keys {', '.join(diff)}); "
+                             f"use another run name or delete {path.parent} to retrain")
+    old = {k: v for k, v in saved["train"][stage].items() if k not in _RESUMABLE_CHANGES}
+    new = {k: v for k, v in now["train"][stage].items() if k not in _RESUMABLE_CHANGES}
+    if old != new:
+        diff = sorted(k for k in new if old.get(k) != new[k])
+        raise ValueError(f"{path} was written with different train.{stage} settings ({', '.join(diff)}); "
+                         f"only {', '.join(_RESUMABLE_CHANGES)} may change on resume")

@@ -1,0 +1,151 @@
+"""Stage 1: pretrain the base GPT on LOD0 token windows with the ordinary next-token loss.
+
+Owns :func:`train_stage1`. Data: windows of ``model.max_seq_len`` tokens from the configured
+corpus mixed with generated recall documents of the same length (share ``data.recall_mix``), so
+the base model learns the copy skill the recall task needs before stage 2 asks it to read
+compressed contexts (see [[Data]]). Every ``eval_every`` steps the loss on ``eval_batches``
+fixed validation batches (val split, fixed seed) is measured.
+
+Outputs under ``run_dir/stage1/``: ``ckpt.pt`` every ``ckpt_every`` steps and at the end (model,
+optimizer, step, RNG incl. the data generator, config, summary; atomic), ``metrics.jsonl`` (one
+JSON per logged step: step, train_loss, lr, tokens_per_s, and val_loss when measured) and, at
+the end, ``base.pt`` (weights only: what stage 2 loads).
+
+Resume: an existing ``ckpt.pt`` restores everything and training continues at its step (same
+batches, same losses as an uninterrupted run); when ``base.pt`` exists and the checkpoint has
+reached ``train.stage1.steps`` the function returns the saved summary at once.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from mc.config import RunConfig, to_dict, validate
+from mc.gpt import GPT, next_token_loss
+from mc.train.checkpoint import load_checkpoint, require_keys, restore_rng, rng_state, save_checkpoint
+from mc.train.common import MetricsLog, check_resume_config, make_sampler, setup_device
+from mc.train.optim import lr_at, make_optimizer, set_lr
+
+VAL_SEED_OFFSET = 7919  # validation batches come from their own fixed-seed generator
+
+
+def _autocast(device: torch.device):
+    # bf16 autocast on GPUs (the loss is computed in float32 by next_token_loss); full fp32 on CPU.
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+@torch.no_grad()
+def evaluate_base(model: GPT, sampler, cfg: RunConfig, device: torch.device) -> float:
+    """Mean next-token loss over ``eval_batches`` fixed validation batches."""
+    st = cfg.train.stage1
+    gen = torch.Generator().manual_seed(cfg.train.seed + VAL_SEED_OFFSET)
+    was_training = model.training
+    model.eval()
+    total = 0.0
+    for _ in range(st.eval_batches):
+        ids = sampler.sample(st.batch_size, cfg.model.max_seq_len, gen).tokens.to(device)
+        with _autocast(device):
+            total += float(next_token_loss(model(ids), ids))
+    model.train(was_training)
+    return total / st.eval_batches
+
+
+def train_stage1(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, max_files: int | None = None,
+                 stop_after: int | None = None) -> dict[str, Any]:
+    """Pretrain (or resume, or skip when done) the base model; returns a summary dict.
+
+    ``max_files`` caps the stdlib corpus (tests); ``stop_after`` stops after that many optimizer
+    steps *in total* (a checkpoint is written there), as if the process had been interrupted.
+    """
+    validate(cfg)
+    st = cfg.train.stage1
+    out = Path(run_dir) / "stage1"
+    out.mkdir(parents=True, exist_ok=True)
+    ckpt_path, base_path = out / "ckpt.pt", out / "base.pt"
+
+    saved = load_checkpoint(ckpt_path) if ckpt_path.exists() else None
+    if saved is not None:
+        require_keys(saved, ("model", "optimizer", "step", "rng", "config"), ckpt_path)
+        check_resume_config(saved["config"], cfg, "stage1", ckpt_path)
+        if base_path.exists() and saved["step"] >= st.steps:
+            return dict(saved.get("summary") or {}, skipped=True)
+    elif base_path.exists() and st.steps == 0:
+        return {"steps": 0, "skipped": True}
+
+    device = setup_device(cfg)
+    torch.manual_seed(cfg.train.seed)
+    model = GPT(cfg.model).to(device)
+    model.train()
+    optimizer = make_optimizer(model.parameters(), st)
+    gen = torch.Generator().manual_seed(cfg.train.seed)  # batches (CPU generator: the samplers run on CPU)
+    step = 0
+    if saved is not None:
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        step = int(saved["step"])
+        restore_rng(saved["rng"], gen)
+    train_data = make_sampler(cfg, "train", cfg.model.max_seq_len, max_files=max_files)
+    val_data = make_sampler(cfg, "val", cfg.model.max_seq_len, max_files=max_files)
+    metrics = MetricsLog(out / "metrics.jsonl", resume_step=step if saved is not None else None)
+    summary: dict[str, Any] = dict(saved.get("summary") or {}) if saved is not None else {}
+
+    def checkpoint() -> None:
+        save_checkpoint(ckpt_path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                                    "rng": rng_state(gen), "config": to_dict(cfg), "summary": summary})
+
+    end = st.steps if stop_after is None else min(st.steps, stop_after)
+    log_every = max(1, min(st.eval_every, 10))
+    tokens_per_step = st.batch_size * st.grad_accum * cfg.model.max_seq_len
+    bar = tqdm(total=st.steps, initial=step, desc="stage1", disable=not progress, dynamic_ncols=True)
+    t_log, tokens_since = time.perf_counter(), 0
+    t_start, steps_run = time.perf_counter(), 0
+    while step < end:
+        lr = lr_at(step, st)
+        set_lr(optimizer, lr)
+        loss_sum = torch.zeros((), device=device)
+        for _ in range(st.grad_accum):
+            ids = train_data.sample(st.batch_size, cfg.model.max_seq_len, gen).tokens.to(device)
+            with _autocast(device):
+                loss = next_token_loss(model(ids), ids)
+            (loss / st.grad_accum).backward()
+            loss_sum += loss.detach()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        steps_run += 1
+        tokens_since += tokens_per_step
+        bar.update(1)
+        measure = step % st.eval_every == 0 or step == st.steps
+        if step % log_every == 0 or measure or step == end:
+            train_loss = float(loss_sum) / st.grad_accum
+            if not math.isfinite(train_loss):
+                raise FloatingPointError(f"stage 1 loss is {train_loss} at step {step} (lr {lr:.2e}); "
+                                         "lower train.stage1.lr or check the data")
+            now = time.perf_counter()
+            rec = {"step": step, "train_loss": train_loss, "lr": lr, "tokens_per_s": tokens_since / max(now - t_log, 1e-9)}
+            if measure:
+                rec["val_loss"] = evaluate_base(model, val_data, cfg, device)
+                summary["val_loss"] = rec["val_loss"]
+            metrics.write(rec)
+            summary.update(steps=step, train_loss=train_loss, tokens_per_s=rec["tokens_per_s"])
+            bar.set_postfix(loss=f"{train_loss:.3f}", **({"val": f"{rec['val_loss']:.3f}"} if measure else {}))
+            t_log, tokens_since = time.perf_counter(), 0
+        if step % st.ckpt_every == 0 and step < end:
+            checkpoint()
+    bar.close()
+    if steps_run:
+        summary["sec_per_step"] = (time.perf_counter() - t_start) / steps_run
+    summary["steps"] = step
+    checkpoint()
+    if step >= st.steps:
+        save_checkpoint(base_path, model.state_dict())  # weights only (atomic too)
+    return dict(summary, skipped=False)

@@ -1,0 +1,195 @@
+"""Stage 2: train GistNet and LensNet through the MCController on top of the frozen base.
+
+Owns :func:`train_stage2`. Every GistNet/LensNet use goes through the controller
+(``controller.train_step``), never through the nets directly ([[MCController]]).
+
+One optimiser step = ``grad_accum`` micro-steps of::
+
+    batch = sampler.sample(B, mc.history_tokens, gen)      # recall docs + corpus windows
+    out = controller.train_step(batch.tokens, gen)         # variants -> losses -> preference
+    (out.total / grad_accum).backward()
+    controller.end_micro_step()                            # the one training step boundary
+
+then per-net gradient clipping (norm 1), ``optimizer.step()`` and ``controller.zero_grad(optimizer)`` (which keeps
+``.grad`` allocated when CUDA graphs run). When any compile mode is on, ``controller.warmup()``
+runs every (bucket x mode) before the first step and freezes the compile cache.
+
+Logged per step to ``run_dir/stage2/metrics.jsonl``: ``lm_loss`` (shared-tail loss over all
+variants: what GistNet learns from), ``pref_loss`` / ``pref_acc`` (LensNet's pairwise loss and
+the share of active entries whose score sign matches the target), ``baseline_loss``,
+``best_loss`` (lowest variant loss per sequence, averaged) and ``gap`` = baseline - best,
+``lr``, ``seq_per_s``; ``val_*`` of the same every ``eval_every`` steps on fixed validation
+batches. Checkpoints (``controller.state_dict()``, optimizer, step, RNG incl. the data generator,
+config, summary) go atomically to ``run_dir/stage2/ckpt.pt`` every ``ckpt_every`` steps and at the
+end; an existing checkpoint is resumed, and one that reached ``train.stage2.steps`` returns at once.
+"""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from mc.build import build_controller
+from mc.config import RunConfig, to_dict, validate
+from mc.controller import MCController
+from mc.train.checkpoint import load_checkpoint, require_keys, restore_rng, rng_state, save_checkpoint
+from mc.train.common import MetricsLog, check_resume_config, make_sampler, setup_device
+from mc.train.optim import lr_at, make_optimizer, set_lr
+
+VAL_SEED_OFFSET = 104729  # validation batches and variants come from their own fixed-seed generator
+DATA_SEED_OFFSET = 1  # stage 2 draws other batches than stage 1
+
+
+def compile_on(cfg: RunConfig) -> bool:
+    c = cfg.compile
+    return any(m != "off" for net in (c.lensnet, c.gistnet) for m in (net.train, net.inference))
+
+
+def _train_compiled(cfg: RunConfig) -> bool:
+    return cfg.compile.lensnet.train != "off" or cfg.compile.gistnet.train != "off"
+
+
+def step_stats(out) -> dict[str, torch.Tensor]:
+    """Detached 0-d tensors of one micro-step (no host sync here; the caller sums, then syncs once)."""
+    tails = out.tail_losses  # [B, V], variant 0 = recency baseline
+    best = tails.min(dim=1).values
+    return {"lm_loss": out.lm_loss.detach(), "pref_loss": out.preference.loss.detach(),
+            "pref_acc": out.preference.accuracy.detach(), "baseline_loss": tails[:, 0].mean(),
+            "best_loss": best.mean(), "gap": (tails[:, 0] - best).mean(),
+            "active_pairs": out.preference.active_pairs.detach()}
+
+
+def _mean_stats(acc: list[dict[str, torch.Tensor]]) -> dict[str, float]:
+    keys = acc[0].keys()
+    stacked = torch.stack([torch.stack([a[k].float() for k in keys]) for a in acc]).mean(0).tolist()  # one sync
+    return dict(zip(keys, stacked))
+
+
+def evaluate_stage2(controller: MCController, sampler, cfg: RunConfig) -> dict[str, float]:
+    """Mean step statistics over ``eval_batches`` fixed validation batches (no parameter update).
+
+    Eager training nets run under ``no_grad``. When a training compile mode is on, the forward
+    runs with grad enabled instead (the cache entry warm-up recorded; a no-grad call would be a
+    new graph and, after the freeze, a recompile error) and the step is closed with
+    ``end_micro_step()`` without a backward, the documented CUDA-graph-trees pattern.
+    """
+    st = cfg.train.stage2
+    gen = torch.Generator().manual_seed(cfg.train.seed + VAL_SEED_OFFSET)
+    acc = []
+    with_grad = _train_compiled(cfg)
+    for _ in range(st.eval_batches):
+        batch = sampler.sample(st.batch_size, cfg.mc.history_tokens, gen)
+        with torch.set_grad_enabled(with_grad):
+            out = controller.train_step(batch.tokens, gen)
+            stats = step_stats(out)
+        del out
+        controller.end_micro_step()
+        acc.append(stats)
+    return {f"val_{k}": v for k, v in _mean_stats(acc).items()}
+
+
+def train_stage2(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, max_files: int | None = None,
+                 stop_after: int | None = None) -> dict[str, Any]:
+    """Train (or resume, or skip when done) GistNet + LensNet; returns a summary dict.
+
+    Needs ``run_dir/stage1/base.pt``. ``max_files`` caps the stdlib corpus (tests);
+    ``stop_after`` stops after that many optimizer steps in total (checkpoint written), as if
+    the process had been interrupted.
+    """
+    validate(cfg)
+    st = cfg.train.stage2
+    run_dir = Path(run_dir)
+    out_dir = run_dir / "stage2"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ckpt_path = out_dir / "ckpt.pt"
+    saved = load_checkpoint(ckpt_path) if ckpt_path.exists() else None
+    if saved is not None:
+        require_keys(saved, ("controller", "optimizer", "step", "rng", "config"), ckpt_path)
+        check_resume_config(saved["config"], cfg, "stage2", ckpt_path)
+        if saved["step"] >= st.steps:
+            return dict(saved.get("summary") or {}, skipped=True)
+
+    device = setup_device(cfg)
+    controller = build_controller(cfg, device=device, base_weights=run_dir / "stage1" / "base.pt", run_dir=run_dir)
+    controller.gistnet.train()
+    controller.lensnet.train()
+    optimizer = make_optimizer(controller.aux_parameters(), st)
+    gen = torch.Generator().manual_seed(cfg.train.seed + DATA_SEED_OFFSET)  # batches and variants
+    step = 0
+    if saved is not None:
+        controller.load_state_dict(saved["controller"])
+        optimizer.load_state_dict(saved["optimizer"])
+        step = int(saved["step"])
+    if compile_on(cfg):
+        # Before the RNG restore: warm-up draws random inputs, and an uninterrupted run's RNG
+        # state after its warm-up is exactly what the checkpoint saved.
+        controller.warmup()
+    if saved is not None:
+        restore_rng(saved["rng"], gen)
+    train_data = make_sampler(cfg, "train", cfg.mc.history_tokens, max_files=max_files)
+    val_data = make_sampler(cfg, "val", cfg.mc.history_tokens, max_files=max_files)
+    metrics = MetricsLog(out_dir / "metrics.jsonl", resume_step=step if saved is not None else None)
+    summary: dict[str, Any] = dict(saved.get("summary") or {}) if saved is not None else {}
+
+    def checkpoint() -> None:
+        save_checkpoint(ckpt_path, {"controller": controller.state_dict(), "optimizer": optimizer.state_dict(),
+                                    "step": step, "rng": rng_state(gen), "config": to_dict(cfg), "summary": summary})
+
+    # Clip each net on its own: one joint norm would let GistNet's LM gradient (or an unfrozen
+    # base's) shrink LensNet's preference updates, coupling two objectives that share no weights.
+    clip_groups = [list(controller.gistnet.parameters()), list(controller.lensnet.parameters())]
+    if not cfg.mc.freeze_base:
+        clip_groups.append(list(controller.base.parameters()))
+    end = st.steps if stop_after is None else min(st.steps, stop_after)
+    bar = tqdm(total=st.steps, initial=step, desc="stage2", disable=not progress, dynamic_ncols=True)
+    acc: list[dict[str, torch.Tensor]] = []
+    t_log, seqs_since = time.perf_counter(), 0
+    t_start, steps_run = time.perf_counter(), 0
+    while step < end:
+        lr = lr_at(step, st)
+        set_lr(optimizer, lr)
+        for _ in range(st.grad_accum):
+            batch = train_data.sample(st.batch_size, cfg.mc.history_tokens, gen)
+            out = controller.train_step(batch.tokens, gen)
+            (out.total / st.grad_accum).backward()
+            controller.end_micro_step()
+            acc.append(step_stats(out))
+            del out
+        for group in clip_groups:
+            torch.nn.utils.clip_grad_norm_(group, 1.0)
+        optimizer.step()
+        controller.zero_grad(optimizer)
+        step += 1
+        steps_run += 1
+        seqs_since += st.batch_size * st.grad_accum
+        bar.update(1)
+        measure = step % st.eval_every == 0 or step == st.steps
+        # log every step: stage-2 steps are slow enough that one JSON line each costs nothing
+        rec: dict[str, Any] = {"step": step, **_mean_stats(acc), "lr": lr}
+        acc = []
+        if not math.isfinite(rec["lm_loss"]) or not math.isfinite(rec["pref_loss"]):
+            raise FloatingPointError(f"stage 2 loss is not finite at step {step}: lm {rec['lm_loss']}, "
+                                     f"pref {rec['pref_loss']} (lr {lr:.2e}); lower train.stage2.lr")
+        now = time.perf_counter()
+        rec["seq_per_s"] = seqs_since / max(now - t_log, 1e-9)
+        if measure:
+            rec.update(evaluate_stage2(controller, val_data, cfg))
+            summary.update({k: v for k, v in rec.items() if k.startswith("val_")})
+        metrics.write(rec)
+        summary.update(steps=step, lm_loss=rec["lm_loss"], pref_loss=rec["pref_loss"], pref_acc=rec["pref_acc"],
+                       gap=rec["gap"], seq_per_s=rec["seq_per_s"])
+        bar.set_postfix(lm=f"{rec['lm_loss']:.3f}", pref=f"{rec['pref_acc']:.2f}", gap=f"{rec['gap']:.3f}")
+        t_log, seqs_since = time.perf_counter(), 0
+        if step % st.ckpt_every == 0 and step < end:
+            checkpoint()
+    bar.close()
+    if steps_run:
+        summary["sec_per_step"] = (time.perf_counter() - t_start) / steps_run
+    summary["steps"] = step
+    checkpoint()
+    controller.telemetry.close()
+    return dict(summary, skipped=False)

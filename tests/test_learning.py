@@ -1,0 +1,136 @@
+"""Does the system learn? A short stage 1 + stage 2 on tiny nets, on the generated recall task.
+
+Measured on held-out (val-split) recall documents, after ``train_stage1`` + ``train_stage2``:
+
+* **ranking**: in the recency-baseline working context of each document, LensNet's score of the
+  entry holding the queried record's value vs the median score over the working context; the
+  rate of documents where it is above the median must be a clear majority;
+* **focus helps**: the shared-tail loss of the LensNet-focused working context
+  (``controller.begin_session`` + ``refocus``) vs the recency baseline (the same session before
+  refocusing), averaged over the documents: focused must be lower.
+
+The same measurements on the *untrained* aux nets (fresh GistNet/LensNet over the same base) are
+printed as the chance reference. Numbers are printed and written to ``learning_metrics.json``
+in the test's run folder; obsidian [[Training]] records the measured values. Measured (64 val
+documents, 2-core CPU): above-median rate 100% trained vs 4.7% untrained; tail loss 1.40 after
+refocus vs 1.74 for the recency baseline; focus better on 77% of documents.
+
+Geometry: 64-token documents with one record ``KY=VAL`` in the first 40% and the query
+``\\nKY=VAL`` at the end; K=8, one gist level, a 16-token recent tail and a 36-entry budget. The
+recency baseline keeps the record blocks as gists, so the base can only copy the value when
+something expands them. One record (not several) because a 2-layer base learns the plain copy in
+~300 steps, while matching one key among two was still at chance at step 300 (64 documents per step),
+too long for a CPU test. ``mc.pref_beta=2``: the preference loss makes
+``score ~= logit(p) / beta`` for an entry whose expansion is preferred with probability p, so with
+beta=4 the learned scores (|s| ~ 0.15-0.2) mostly stayed under the allocator's 0.2 thresholds and
+refocus brought the value to LOD0 in 0-22% of documents; beta=2 puts p=0.6 at s=0.2.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+
+import pytest
+import torch
+
+from mc.build import build_controller, resolve_device
+from mc.config import (AllocatorConfig, AllocatorInferenceConfig, DataConfig, EvalConfig, GistNetConfig, LensNetConfig,
+                       MCConfig, ModelConfig, RecallConfig, RunConfig, StageConfig, TelemetryConfig, TrainConfig)
+from mc.data.loader import RecallSource
+from mc.gpt import next_token_loss
+from mc.losses import tail_loss_mask
+from mc.train.checkpoint import load_checkpoint
+from mc.train.common import fit_recall
+from mc.train.stage1 import train_stage1
+from mc.train.stage2 import train_stage2
+
+T = 64
+N_DOCS = 64
+# Stage 1 needs ~300+ steps of 64 documents before the 2-layer base copies the value (measured:
+# answer-digit accuracy 0.10 at step 200, 0.58 at 300, 0.74 at 400; with 32 documents per step
+# still chance at step 300). Stage 2 needs ~100 steps.
+STAGE1_STEPS = 400
+STAGE2_STEPS = 150
+
+
+def learning_cfg() -> RunConfig:
+    return RunConfig(
+        model=ModelConfig(d_model=64, n_layers=2, n_heads=4, max_seq_len=T),
+        gistnet=GistNetConfig(d_model=32, n_layers=1, n_heads=2),
+        lensnet=LensNetConfig(d_model=32, n_layers=2, n_heads=2),
+        mc=MCConfig(block_size=8, max_lod=1, max_entries=36, recent_tokens=16, bucket_ladder=[40],
+                    gist_bucket_ladder=[1, 8], history_tokens=T, n_random_variants=3,
+                    pref_beta=2.0),
+        allocator=AllocatorConfig(expand_threshold=0.2, collapse_threshold=0.2, cooldown=2,
+                                  inference=AllocatorInferenceConfig(iterations=3, max_edits=4, refocus_interval=32)),
+        data=DataConfig(source="recall", recall=RecallConfig(doc_tokens=T, n_records=1, key_len=2, value_len=3,
+                                                              records_region=0.4)),
+        eval=EvalConfig(tail_tokens=16),
+        train=TrainConfig(
+            device="cpu", seed=11,
+            stage1=StageConfig(steps=STAGE1_STEPS, batch_size=64, lr=5e-3, warmup_steps=20, eval_every=1000,
+                               eval_batches=1, ckpt_every=1000),
+            stage2=StageConfig(steps=STAGE2_STEPS, batch_size=8, grad_accum=1, lr=3e-3, warmup_steps=10,
+                               eval_every=1000, eval_batches=1, ckpt_every=1000)),
+        telemetry=TelemetryConfig(jsonl=False),
+    )
+
+
+def _tail_loss(ctrl, session, tail: int) -> float:
+    """Next-token loss over the last ``tail`` entries (all LOD0) of the session's working context."""
+    mwc = session.materialize()
+    logits = ctrl._base_logits(mwc.embeds[None], mwc.positions[None], mwc.lods[None], mwc.mask[None])
+    mask = tail_loss_mask(torch.tensor([mwc.length]), mwc.bucket, tail)
+    return float(next_token_loss(logits, mwc.token_ids[None], mask))
+
+
+@torch.no_grad()
+def measure(ctrl, cfg: RunConfig) -> dict:
+    src = RecallSource(fit_recall(cfg.data.recall, T), "val")
+    above, top_gist, base_losses, focus_losses, answer_hits = [], [], [], [], []
+    for k in range(N_DOCS):
+        doc = src.doc(k, T)
+        s = ctrl.begin_session(doc.ids)  # recency-baseline layout (WorkingContext.build, fill=True)
+        mwc = s.materialize()
+        scores = ctrl._lensnet_allocator_scores(mwc, s.num_tokens)[: mwc.length]
+        value_tok = doc.value_span(doc.answer_record)[0]
+        idx = next(i for i in range(len(s.wc)) if s.wc.span(i)[0] <= value_tok < s.wc.span(i)[1])
+        above.append(float(scores[idx]) > statistics.median(scores.tolist()))
+        gists = [i for i, lod in enumerate(s.wc.lods()) if lod > 0]
+        top_gist.append(max(gists, key=lambda i: float(scores[i])) == idx)
+        base_losses.append(_tail_loss(ctrl, s, cfg.eval.tail_tokens))
+        ctrl.refocus()
+        focus_losses.append(_tail_loss(ctrl, s, cfg.eval.tail_tokens))
+        answer_hits.append(s.wc.lod_map()[value_tok].item() == 0)
+    n = len(above)
+    return {"above_median_rate": sum(above) / n, "queried_block_top_gist_rate": sum(top_gist) / n,
+            "baseline_tail_loss": sum(base_losses) / n, "focused_tail_loss": sum(focus_losses) / n,
+            "focused_better_rate": sum(f < b for f, b in zip(focus_losses, base_losses)) / n,
+            "value_at_lod0_after_refocus_rate": sum(answer_hits) / n}
+
+
+@pytest.mark.slow  # ~2-5 minutes on a 2-core CPU; still part of the default suite
+def test_lensnet_learns_where_detail_matters(tmp_path):
+    cfg = learning_cfg()
+    t0 = time.perf_counter()
+    train_stage1(cfg, tmp_path, progress=False)
+    t1 = time.perf_counter()
+    s2 = train_stage2(cfg, tmp_path, progress=False)
+    t2 = time.perf_counter()
+    dev = resolve_device(cfg.train.device)
+    untrained = build_controller(cfg, device=dev, base_weights=tmp_path / "stage1" / "base.pt")
+    trained = build_controller(cfg, device=dev, base_weights=tmp_path / "stage1" / "base.pt")
+    trained.load_state_dict(load_checkpoint(tmp_path / "stage2" / "ckpt.pt")["controller"])
+    before, after = measure(untrained, cfg), measure(trained, cfg)
+    report = {"untrained": before, "trained": after, "stage2_summary": s2,
+              "stage1_s": t1 - t0, "stage2_s": t2 - t1, "n_docs": N_DOCS}
+    (tmp_path / "learning_metrics.json").write_text(json.dumps(report, indent=1))
+    print("\nlearning test:", json.dumps(report, indent=1))
+    # LensNet ranks the queried record's block above the median entry in a clear majority
+    assert after["above_median_rate"] >= 0.75, report
+    # ... which an untrained LensNet does not (the rate is not an artefact of the layout)
+    assert after["above_median_rate"] > before["above_median_rate"] + 0.2, report
+    # the LensNet-focused working context reads the tail better than the recency baseline
+    assert after["focused_tail_loss"] < after["baseline_tail_loss"] - 0.05, report
+    assert after["focused_better_rate"] >= 0.5, report

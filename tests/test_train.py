@@ -1,0 +1,226 @@
+"""Training loops, checkpoints and stage-2 gradient flow on tiny configs built in code (no Hydra)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+
+import pytest
+import torch
+
+from mc.build import build_controller
+from mc.config import (DataConfig, EvalConfig, GistNetConfig, LensNetConfig, MCConfig, ModelConfig, RecallConfig,
+                       RunConfig, StageConfig, TelemetryConfig, TrainConfig)
+from mc.gpt import GPT
+from mc.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from mc.train.common import fit_recall, read_metrics
+from mc.train.optim import lr_at, make_optimizer
+from mc.train.stage1 import train_stage1
+from mc.train.stage2 import train_stage2
+
+
+def tiny_cfg(*, freeze_base: bool = True, s1_steps: int = 4, s2_steps: int = 4) -> RunConfig:
+    stage1 = StageConfig(steps=s1_steps, batch_size=2, lr=3e-3, warmup_steps=1, eval_every=2, eval_batches=1, ckpt_every=2)
+    stage2 = StageConfig(steps=s2_steps, batch_size=2, grad_accum=2, lr=1e-3, warmup_steps=1, eval_every=2,
+                         eval_batches=1, ckpt_every=2)
+    return RunConfig(
+        model=ModelConfig(d_model=32, n_layers=1, n_heads=2, max_seq_len=64),
+        gistnet=GistNetConfig(d_model=16, n_layers=1, n_heads=2),
+        lensnet=LensNetConfig(d_model=16, n_layers=1, n_heads=2),
+        mc=MCConfig(block_size=4, max_lod=2, max_entries=32, recent_tokens=8, bucket_ladder=[16, 32],
+                    gist_bucket_ladder=[1, 4], history_tokens=64, n_random_variants=2, freeze_base=freeze_base),
+        data=DataConfig(source="recall", recall=RecallConfig(doc_tokens=64, n_records=2, key_len=2, value_len=2)),
+        eval=EvalConfig(tail_tokens=8),
+        train=TrainConfig(device="cpu", seed=3, stage1=stage1, stage2=stage2),
+        telemetry=TelemetryConfig(jsonl=False),
+    )
+
+
+def _stage2_grads(cfg: RunConfig):
+    """Two micro-steps: the first with an optimiser step, so GistNet's zero-initialised output
+    projection is non-zero and gradient can reach everything upstream of it."""
+    ctrl = build_controller(cfg, device=torch.device("cpu"))
+    opt = make_optimizer(ctrl.aux_parameters(), cfg.train.stage2)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 256, (2, cfg.mc.history_tokens), generator=gen)
+    for _ in range(2):
+        ctrl.zero_grad(opt)
+        out = ctrl.train_step(ids, gen)
+        out.total.backward()
+        ctrl.end_micro_step()
+        if _ == 0:
+            opt.step()
+    return ctrl, out
+
+
+def _nonzero(p) -> bool:
+    return p.grad is not None and bool(torch.isfinite(p.grad).all()) and bool(p.grad.abs().sum() > 0)
+
+
+def test_stage2_gradient_reaches_every_aux_param_and_not_frozen_base():
+    ctrl, out = _stage2_grads(tiny_cfg())
+    assert float(out.preference.active_entries) > 0, "no preference signal: the gradient test would be vacuous"
+    missing = [f"gistnet.{n}" for n, p in ctrl.gistnet.named_parameters() if not _nonzero(p)]
+    missing += [f"lensnet.{n}" for n, p in ctrl.lensnet.named_parameters() if not _nonzero(p)]
+    assert not missing, f"no gradient reached: {missing}"
+    assert all(p.grad is None for p in ctrl.base.parameters()), "frozen base received gradient"
+    assert all(not p.requires_grad for p in ctrl.base.parameters())
+
+
+def test_stage2_unfrozen_base_gets_gradient():
+    ctrl, _ = _stage2_grads(tiny_cfg(freeze_base=False))
+    base_params = {id(p) for p in ctrl.base.parameters()}
+    assert base_params <= {id(p) for p in ctrl.aux_parameters()}
+    missing = [n for n, p in ctrl.base.named_parameters() if not _nonzero(p)]
+    assert not missing, f"unfrozen base parameters without gradient: {missing}"
+
+
+def test_lr_schedule_warmup_then_cosine():
+    st = StageConfig(steps=100, lr=1.0, warmup_steps=10)
+    assert lr_at(0, st) == pytest.approx(0.1) and lr_at(9, st) == pytest.approx(1.0)
+    assert lr_at(10, st) == pytest.approx(1.0)
+    assert lr_at(99, st) < lr_at(50, st) < lr_at(10, st)
+    assert lr_at(100, st) == pytest.approx(0.1)  # floor of the cosine (MIN_LR_RATIO)
+
+
+def test_fit_recall_drops_records_for_short_sequences():
+    rc = fit_recall(RecallConfig(doc_tokens=2048, n_records=8), 128)
+    assert rc.doc_tokens == 128 and 1 <= rc.n_records < 8
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+
+def test_atomic_save_leaves_no_tmp_and_keeps_old_file_on_failure(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(path, {"step": 1, "w": torch.ones(3)})
+    assert sorted(os.listdir(tmp_path)) == ["ckpt.pt"]
+    with pytest.raises(Exception):
+        save_checkpoint(path, {"step": 2, "bad": lambda: None})  # unpicklable: fails mid-write
+    assert sorted(os.listdir(tmp_path)) == ["ckpt.pt"], "a failed save left a temporary file"
+    assert load_checkpoint(path)["step"] == 1, "a failed save damaged the previous checkpoint"
+
+
+def test_corrupt_or_missing_checkpoint_gives_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not found"):
+        load_checkpoint(tmp_path / "nope.pt")
+    good = tmp_path / "good.pt"
+    save_checkpoint(good, {"step": 1, "w": torch.randn(1000)})
+    truncated = tmp_path / "trunc.pt"
+    truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    for bad in (truncated, tmp_path / "garbage.pt", tmp_path / "empty.pt"):
+        if bad.name == "garbage.pt":
+            bad.write_bytes(b"this is not a checkpoint")
+        elif bad.name == "empty.pt":
+            bad.write_bytes(b"")
+        with pytest.raises(CheckpointError, match=str(bad.name)):
+            load_checkpoint(bad)
+
+
+# ----------------------------------------------------------------------------- stage 1
+
+
+def test_stage1_runs_writes_base_and_metrics_and_skips_when_done(tmp_path):
+    cfg = tiny_cfg()
+    summary = train_stage1(cfg, tmp_path, progress=False)
+    assert summary["steps"] == 4 and not summary["skipped"]
+    base = tmp_path / "stage1" / "base.pt"
+    GPT(cfg.model).load_state_dict(torch.load(base))  # weights only, loadable as-is
+    recs = read_metrics(tmp_path / "stage1" / "metrics.jsonl")
+    # stage 1 logs every min(eval_every, 10) steps (here 2), always with val_loss on eval steps
+    assert [r["step"] for r in recs] == [2, 4]
+    assert all({"train_loss", "lr", "tokens_per_s", "val_loss"} <= r.keys() for r in recs)
+    ck = load_checkpoint(tmp_path / "stage1" / "ckpt.pt")
+    assert ck["step"] == 4 and {"model", "optimizer", "rng", "config"} <= ck.keys()
+    again = train_stage1(cfg, tmp_path, progress=False)
+    assert again["skipped"] and again["steps"] == 4
+
+
+def test_stage1_resume_continues_exactly(tmp_path):
+    cfg = tiny_cfg(s1_steps=4)
+    full, part = tmp_path / "full", tmp_path / "part"
+    train_stage1(cfg, full, progress=False)
+    s = train_stage1(cfg, part, progress=False, stop_after=2)
+    assert s["steps"] == 2 and not (part / "stage1" / "base.pt").exists()
+    assert load_checkpoint(part / "stage1" / "ckpt.pt")["step"] == 2
+    train_stage1(cfg, part, progress=False)  # resumes at step 2
+    a = read_metrics(full / "stage1" / "metrics.jsonl")
+    b = read_metrics(part / "stage1" / "metrics.jsonl")
+    assert [r["step"] for r in b] == [2, 4], "resume duplicated or lost metric lines"
+    for ra, rb in zip(a, b):
+        assert rb["train_loss"] == pytest.approx(ra["train_loss"], abs=1e-6)
+    wa, wb = torch.load(full / "stage1" / "base.pt"), torch.load(part / "stage1" / "base.pt")
+    assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
+
+
+# ----------------------------------------------------------------------------- stage 2
+
+
+@pytest.fixture(scope="module")
+def base_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("s1")
+    train_stage1(tiny_cfg(s1_steps=2), d, progress=False)
+    return d
+
+
+def _with_base(base_dir, dest):
+    (dest / "stage1").mkdir(parents=True)
+    shutil.copy(base_dir / "stage1" / "base.pt", dest / "stage1" / "base.pt")
+    return dest
+
+
+def test_stage2_checkpoint_holds_both_aux_nets_and_optimizer(base_dir, tmp_path):
+    cfg = tiny_cfg(s2_steps=2)
+    run = _with_base(base_dir, tmp_path / "run")
+    summary = train_stage2(cfg, run, progress=False)
+    assert summary["steps"] == 2
+    ck = load_checkpoint(run / "stage2" / "ckpt.pt")
+    assert {"controller", "optimizer", "step", "rng", "config"} <= ck.keys() and ck["step"] == 2
+    ctrl = build_controller(cfg, device=torch.device("cpu"))
+    assert set(ck["controller"]) == {"gistnet", "lensnet"}  # frozen base is not stage-2 state
+    assert set(ck["controller"]["gistnet"]) == set(ctrl.gistnet.state_dict())
+    assert set(ck["controller"]["lensnet"]) == set(ctrl.lensnet.state_dict())
+    n_params = len(ctrl.aux_parameters())
+    assert len(ck["optimizer"]["state"]) == n_params, "optimizer state does not cover every aux parameter"
+    assert "data" in ck["rng"] and "torch" in ck["rng"]
+    recs = read_metrics(run / "stage2" / "metrics.jsonl")
+    keys = {"lm_loss", "pref_loss", "pref_acc", "baseline_loss", "best_loss", "gap", "lr", "seq_per_s"}
+    assert [r["step"] for r in recs] == [1, 2] and all(keys <= r.keys() for r in recs)
+    assert "val_lm_loss" in recs[-1]
+    assert train_stage2(cfg, run, progress=False)["skipped"]
+
+
+def test_stage2_save_load_continue_matches_uninterrupted(base_dir, tmp_path):
+    cfg = tiny_cfg(s2_steps=4)
+    full = _with_base(base_dir, tmp_path / "full")
+    part = _with_base(base_dir, tmp_path / "part")
+    train_stage2(cfg, full, progress=False)
+    train_stage2(cfg, part, progress=False, stop_after=2)
+    assert load_checkpoint(part / "stage2" / "ckpt.pt")["step"] == 2
+    train_stage2(cfg, part, progress=False)  # a new controller + optimizer, restored from the checkpoint
+    a = read_metrics(full / "stage2" / "metrics.jsonl")
+    b = read_metrics(part / "stage2" / "metrics.jsonl")
+    assert [r["step"] for r in b] == [1, 2, 3, 4]
+    for ra, rb in zip(a[2:], b[2:]):  # the steps after the restart
+        for k in ("lm_loss", "pref_loss", "baseline_loss"):
+            assert abs(ra[k] - rb[k]) <= 1e-6, f"step {ra['step']} {k}: {ra[k]} vs {rb[k]} after resume"
+    ca = load_checkpoint(full / "stage2" / "ckpt.pt")["controller"]
+    cb = load_checkpoint(part / "stage2" / "ckpt.pt")["controller"]
+    for net in ("gistnet", "lensnet"):
+        for k, v in ca[net].items():
+            assert torch.allclose(v, cb[net][k], atol=1e-6), f"{net}.{k} differs after resume"
+
+
+def test_stage2_needs_base_weights(tmp_path):
+    with pytest.raises(FileNotFoundError, match="stage 1"):
+        train_stage2(tiny_cfg(), tmp_path, progress=False)
+
+
+def test_resume_with_other_model_shape_is_refused(base_dir, tmp_path):
+    cfg = tiny_cfg(s2_steps=2)
+    run = _with_base(base_dir, tmp_path / "run")
+    train_stage2(cfg, run, progress=False, stop_after=1)
+    other = dataclasses.replace(cfg, lensnet=LensNetConfig(d_model=32, n_layers=1, n_heads=2))
+    with pytest.raises(ValueError, match="lensnet"):
+        train_stage2(other, run, progress=False)
