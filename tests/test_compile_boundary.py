@@ -7,11 +7,6 @@ Tests that compile run in a fresh subprocess (Dynamo state is global); the rest 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 import torch
@@ -21,22 +16,7 @@ from mc.compile import (CompiledNet, StepMarker, Telemetry, apply_recompile_limi
                         load_mega_cache, mega_cache_unavailable, recompile_limit_for, strict_cudagraphs)
 from mc.config import NetCompileConfig
 
-ROOT = Path(__file__).resolve().parents[1]
-MARK = "RESULT_JSON:"
-
-
-def run_script(body: str, timeout: int = 300) -> dict:
-    """Run ``body`` in a fresh interpreter; it must print ``MARK + json`` as its result line."""
-    env = dict(os.environ)
-    env.update(OMP_NUM_THREADS="1", TORCHINDUCTOR_CACHE_DIR=str(ROOT / ".cache" / "inductor"),
-               PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(body)], capture_output=True, text=True,
-                          env=env, cwd=str(ROOT), timeout=timeout)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(MARK)]
-    if proc.returncode != 0 or not lines:
-        raise AssertionError(f"subprocess failed (rc={proc.returncode})\nstdout:\n{proc.stdout[-3000:]}\n"
-                             f"stderr:\n{proc.stderr[-5000:]}")
-    return json.loads(lines[-1][len(MARK):])
+from _subproc import MARK, run_script  # shared fresh-interpreter runner (tests/_subproc.py)
 
 
 class Scorer(nn.Module):

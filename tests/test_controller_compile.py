@@ -12,50 +12,28 @@ per mode (minutes on a 2-core CPU); warm runs take seconds.
 """
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+from _subproc import collect, start  # shared fresh-interpreter runner (tests/_subproc.py)
+
 SCENARIOS = Path(__file__).with_name("_compile_scenarios.py")
-MARK = "RESULT_JSON:"
 CPU_MODES = ("default", "reduce-overhead")
 TIMEOUT_S = 900
 MIB = 1 << 20
 
 
-def _env() -> dict:
-    env = dict(os.environ)
-    env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(ROOT / ".cache" / "inductor"))
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
-    return env
-
-
 def _start(mode: str, device: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(SCENARIOS), "steady", mode, device], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=_env(), cwd=str(ROOT))
+    return start([str(SCENARIOS), "steady", mode, device])
 
 
 def _finish(proc: subprocess.Popen) -> dict:
-    try:
-        out, err = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        raise AssertionError(f"scenario timed out after {TIMEOUT_S} s\nstderr:\n{err[-4000:]}")
-    lines = [ln for ln in out.splitlines() if ln.startswith(MARK)]
-    if not lines:
-        raise AssertionError(f"scenario printed no result (rc={proc.returncode})\nstdout:\n{out[-3000:]}\n"
-                             f"stderr:\n{err[-5000:]}")
-    res = json.loads(lines[-1][len(MARK):])
+    res = collect(proc, TIMEOUT_S)
     if "error" in res:
-        raise AssertionError(f"scenario failed: {res['error']}\n{res.get('traceback', '')}\nstderr:\n{err[-3000:]}")
-    assert proc.returncode == 0, err[-3000:]
+        raise AssertionError(f"scenario failed: {res['error']}\n{res.get('traceback', '')}")
     return res
 
 

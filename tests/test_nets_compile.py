@@ -11,15 +11,13 @@ The worker can also be run by hand, e.g. on a GPU machine:
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from _subproc import collect, start  # shared fresh-interpreter runner (tests/_subproc.py)
 
 WORKER = r'''
 import json, sys, time
@@ -159,32 +157,12 @@ SPECS = {
 }
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(REPO / ".cache" / "inductor"))
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
 def _start(spec: dict) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-c", WORKER, json.dumps(spec)],
-        cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    return start(["-c", WORKER, json.dumps(spec)])
 
 
 def _collect(proc: subprocess.Popen, timeout: float) -> dict:
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        stdout, stderr = proc.communicate()
-        raise AssertionError(f"compile worker timed out after {timeout} s; stderr tail:\n{stderr[-3000:]}")
-    lines = [ln for ln in stdout.splitlines() if ln.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        raise AssertionError(f"compile worker failed (rc={proc.returncode}); stderr tail:\n{stderr[-4000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
+    return collect(proc, timeout, mark="RESULT ")
 
 
 @pytest.fixture(scope="module")

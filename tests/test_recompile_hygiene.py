@@ -7,31 +7,9 @@ Every scenario runs in a fresh subprocess: Dynamo's caches, counters and callbac
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
-
-import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-MARK = "RESULT_JSON:"
 
 
-def run_script(body: str, timeout: int = 240) -> dict:
-    """Run ``body`` in a fresh interpreter; it must print ``MARK + json`` as its result line."""
-    env = dict(os.environ)
-    env.update(OMP_NUM_THREADS="1", TORCHINDUCTOR_CACHE_DIR=str(ROOT / ".cache" / "inductor"),
-               PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(body)], capture_output=True, text=True,
-                          env=env, cwd=str(ROOT), timeout=timeout)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(MARK)]
-    if proc.returncode != 0 or not lines:
-        raise AssertionError(f"subprocess failed (rc={proc.returncode})\nstdout:\n{proc.stdout[-3000:]}\n"
-                             f"stderr:\n{proc.stderr[-5000:]}")
-    return json.loads(lines[-1][len(MARK):])
+from _subproc import MARK, run_script  # shared fresh-interpreter runner (tests/_subproc.py)
 
 
 # Shared prologue: a monitor started before compiling; ``report()`` prints the steady-state split.
