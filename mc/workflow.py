@@ -1,0 +1,355 @@
+"""The run10 workflow: environment, data, stage 1, stage 2, evaluation, report, behind a compile gate.
+
+``bash run10.sh [flags] [key=value ...]`` sets up the environment and calls :func:`main`. Flags are
+parsed by :func:`mc.config_loading.parse_workflow_args` (shared with the harness); the resolved
+config goes to ``<out_dir>/<name>/config.json``. A stage whose outputs exist is skipped unless
+``--force`` names it; when a training/eval stage runs, the later selected stages run again too
+(their outputs would be stale). Stage functions belong to other modules and are imported lazily.
+
+**The gate.** If any compile mode is on and stage 2 or evaluation will run, the compile harness
+must pass on the same resolved config first: it runs in a fresh subprocess
+(``scripts/mc_compile_harness.py --json <run>/harness/verdict.json <same args>``), or a recorded
+passing verdict is reused when its ``config_hash`` (compile hash), torch version and device all
+match. On failure the run stops before any training, names the failed checks and prints the
+command that reproduces them.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from mc.config import ConfigError, RunConfig, to_dict
+from mc.config_loading import WorkflowArgs, compile_hash, config_hash, load_config, parse_workflow_args
+
+STAGES = ("env", "data", "stage1", "stage2", "eval", "report")
+TRAINING = ("stage1", "stage2", "eval")  # a run of one of these makes every later stage's outputs stale
+COMPILED = ("stage2", "eval")  # stages that call the (possibly compiled) LensNet / GistNet
+ROOT = Path(__file__).resolve().parent.parent
+HARNESS_SCRIPT = ROOT / "scripts" / "mc_compile_harness.py"
+EXIT_CONFIG, EXIT_GATE, EXIT_STAGE = 2, 3, 1
+
+# Files whose presence means "this stage is done" (relative to the run folder). env always runs.
+DONE_FILES = {"env": (), "data": ("data.json",), "stage1": ("stage1/base.pt", "stage1/summary.json"),
+              "stage2": ("stage2/summary.json",), "eval": ("eval/eval.json",), "report": ("report.md",)}
+# Where the workflow writes a stage's returned summary dict.
+SUMMARY_FILES = {"env": "env.json", "data": "data.json", "stage1": "stage1/summary.json",
+                 "stage2": "stage2/summary.json"}
+
+USAGE = """\
+usage: bash run10.sh [--preset NAME] [--mc_compile_lensnet=1] [--mc_compile_lensnet_inference=1]
+                     [--mc_compile_gistnet=1] [--compile_mode MODE] [--name NAME]
+                     [--stages a,b] [--force a,b] [--dry-run] [--help] [key=value ...]
+       (bash mc_run.sh [...] = run10.sh with all three compile flags on)
+
+Stages, in order (outputs under <out_dir>/<name>/, default runs/default/):
+  env      python/torch/device check                        -> env.json (always runs)
+  data     corpus fingerprint and train/val split summary   -> data.json
+  stage1   base GPT pretraining on tokens                   -> stage1/base.pt, stage1/summary.json
+  stage2   GistNet + LensNet training (MC)                  -> stage2/ckpt.pt, stage2/summary.json
+  eval     held-out evaluation                              -> eval/eval.json
+  report   report and plots                                 -> report.md, plots/*.png
+A stage whose outputs exist is skipped (re-running resumes); after stage1/stage2/eval runs, the
+later selected stages run again. The resolved config is written to config.json first.
+
+Flags (both --flag=V and --flag V work):
+  --preset NAME                    smoke (minutes on 2 CPU cores), cpu (default), h100
+  --mc_compile_lensnet=1           compile LensNet in training   (compile.lensnet.train)
+  --mc_compile_lensnet_inference=1 compile LensNet at inference  (compile.lensnet.inference)
+  --mc_compile_gistnet=1           compile GistNet, both contexts (compile.gistnet.*)
+  --compile_mode MODE              mode for those flags (default reduce-overhead)
+  --name NAME                      run folder name (config key `name`)
+  --stages a,b                     run only these stages
+  --force a,b                      redo these stages even if their outputs exist ("harness" re-runs
+                                   the compile harness instead of reusing a recorded verdict; "all")
+  --dry-run                        resolve and write config.json, print the plan, run nothing
+  key=value                        any config override, passed to Hydra (e.g. train.stage2.steps=50)
+
+Compile gate: with any compile mode on, before stage2/eval the compile harness must pass on this
+exact config (scripts/mc_compile_harness.py, in a fresh process; a recorded passing verdict in
+harness/verdict.json is reused when config hash, torch version and device match). On failure the
+run stops before training and prints the failed checks and the command that reproduces them.
+
+Examples:
+  bash run10.sh --preset smoke
+  bash run10.sh --preset smoke --mc_compile_lensnet=1 --mc_compile_lensnet_inference=1
+  bash run10.sh --preset smoke allocator.inference.iterations=3 --dry-run
+  bash run10.sh --stages=eval,report --force=eval
+"""
+
+
+def _say(msg: str) -> None:
+    print(f"[run10] {msg}", flush=True)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _stage_set(value: str | None, flag: str, *, extra: tuple[str, ...] = ()) -> set[str]:
+    if value is None:
+        return set()
+    names = {s.strip() for s in value.split(",") if s.strip()}
+    if "all" in names:
+        return set(STAGES) | set(extra)
+    bad = sorted(names - set(STAGES) - set(extra))
+    if bad:
+        raise ConfigError(f"flag {flag}={value!r} names unknown stage(s) {', '.join(bad)}; "
+                          f"stages are {', '.join(STAGES + extra)} (or all)")
+    return names
+
+
+def compile_on(cfg: RunConfig) -> bool:
+    c = cfg.compile
+    return any(m != "off" for net in (c.lensnet, c.gistnet) for m in (net.train, net.inference))
+
+
+# ============================================================================ stages
+def _run_env(cfg: RunConfig, run_dir: Path) -> dict:
+    import torch  # noqa: PLC0415
+
+    from mc.build import resolve_device  # noqa: PLC0415
+    from mc.harness_checks import device_label  # noqa: PLC0415
+
+    device = resolve_device(cfg.train.device)
+    try:
+        import matplotlib  # noqa: F401, PLC0415
+        plots = True
+    except ImportError:
+        plots = False
+        _say("note: matplotlib is missing, the report will have no plots (MC_EXTRAS=plots bash run10.sh installs it)")
+    return {"python": sys.version.split()[0], "platform": platform.platform(), "torch": torch.__version__,
+            "device": device_label(device), "cuda_available": torch.cuda.is_available(), "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            "matplotlib": plots, "executable": sys.executable}
+
+
+def _run_data(cfg: RunConfig, run_dir: Path) -> dict:
+    from mc.data.loader import make_source  # noqa: PLC0415
+
+    d = cfg.data
+    out: dict[str, Any] = {"source": d.source, "recall_mix": d.recall_mix, "val_fraction": d.val_fraction,
+                           "recall": to_dict(d.recall)}
+    if d.source == "recall":
+        out["fingerprint"] = make_source(d, "train").fingerprint()
+        out["splits"] = {"train": "generated (recall seeds)", "val": "generated (disjoint recall seeds)"}
+        return out
+    t0 = time.perf_counter()
+    splits = {s: make_source(d, s) for s in ("train", "val")}
+    out["fingerprint"] = splits["train"].all_docs.fingerprint()  # whole corpus: {file_count, bytes, sha256}
+    out["splits"] = {s: {"docs": len(src.docs), "bytes": src.docs.total_bytes()} for s, src in splits.items()}
+    out["fingerprint_s"] = round(time.perf_counter() - t0, 2)
+    return out
+
+
+def _progress() -> bool:
+    return os.environ.get("MC_PROGRESS", "1") != "0"
+
+
+def _run_stage1(cfg: RunConfig, run_dir: Path) -> dict:
+    from mc.train.stage1 import train_stage1  # noqa: PLC0415
+
+    return train_stage1(cfg, run_dir, progress=_progress())
+
+
+def _run_stage2(cfg: RunConfig, run_dir: Path) -> dict:
+    from mc.train.stage2 import train_stage2  # noqa: PLC0415
+
+    return train_stage2(cfg, run_dir, progress=_progress())
+
+
+def _run_eval(cfg: RunConfig, run_dir: Path) -> dict:
+    from mc.eval.evaluate import run_evaluation  # noqa: PLC0415
+
+    return run_evaluation(cfg, run_dir, progress=_progress())
+
+
+def _run_report(cfg: RunConfig, run_dir: Path) -> dict:
+    from mc.report import write_report  # noqa: PLC0415
+
+    return {"report": str(write_report(cfg, run_dir))}
+
+
+# name -> fn(cfg, run_dir) -> summary dict. Tests replace entries to avoid real training.
+STAGE_RUNNERS: dict[str, Callable[[RunConfig, Path], Any]] = {
+    "env": _run_env, "data": _run_data, "stage1": _run_stage1, "stage2": _run_stage2, "eval": _run_eval,
+    "report": _run_report}
+
+
+def stage_done(stage: str, run_dir: Path) -> bool:
+    files = DONE_FILES[stage]
+    return bool(files) and all((run_dir / f).exists() for f in files)
+
+
+def plan_stages(selected: Sequence[str], force: set[str], run_dir: Path) -> dict[str, str]:
+    """``{stage: "run" | "skip (outputs exist)"}`` for the selected stages, in order."""
+    plan, stale = {}, False
+    for stage in STAGES:
+        if stage not in selected:
+            continue
+        run = stage in force or stale or not stage_done(stage, run_dir)
+        plan[stage] = "run" if run else "skip (outputs exist)"
+        if run and stage in TRAINING:
+            stale = True
+    return plan
+
+
+# ============================================================================ the gate
+def harness_argv(args: WorkflowArgs) -> list[str]:
+    """The workflow's config-relevant arguments, as the harness CLI takes them (same resolution)."""
+    out = []
+    if args.preset:
+        out.append(f"--preset={args.preset}")
+    if args.name:
+        out.append(f"--name={args.name}")
+    if args.compile_mode != "reduce-overhead":
+        out.append(f"--compile_mode={args.compile_mode}")
+    out += [f"--{flag}={int(on)}" for flag, on in args.compile_flags.items()]
+    return out + list(args.overrides)
+
+
+def harness_command(args: WorkflowArgs, verdict_path: Path) -> list[str]:
+    return [sys.executable, str(HARNESS_SCRIPT), "--json", str(verdict_path), *harness_argv(args)]
+
+
+def run_harness_subprocess(cmd: list[str]) -> int:
+    """Run the harness in a fresh process (Dynamo / CUDA-graph state is global); output streams through."""
+    return subprocess.run(cmd, check=False).returncode
+
+
+def _expected_identity(cfg: RunConfig) -> dict:
+    import torch  # noqa: PLC0415
+
+    from mc.build import resolve_device  # noqa: PLC0415
+    from mc.harness_checks import device_label  # noqa: PLC0415
+
+    return {"config_hash": compile_hash(cfg), "torch_version": torch.__version__,
+            "device": device_label(resolve_device(cfg.train.device))}
+
+
+def _read_verdict(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def gate(cfg: RunConfig, args: WorkflowArgs, run_dir: Path, *, rerun: bool = False) -> tuple[bool, str]:
+    """Return ``(ok, message)``: a passing verdict for exactly this config, torch and device, or why not."""
+    path = run_dir / "harness" / "verdict.json"
+    want = _expected_identity(cfg)
+    cmd = harness_command(args, path)
+    repro = f"cd {shlex.quote(str(Path.cwd()))} && {shlex.join(cmd)}"
+    old = _read_verdict(path) if path.exists() and not rerun else None
+    if old is not None:
+        diff = [k for k, v in want.items() if old.get(k) != v]
+        if old.get("passed") is True and not diff:
+            return True, (f"gate: reusing the passing verdict {path} (config hash {want['config_hash']}, "
+                          f"torch {want['torch_version']}, device {want['device']})")
+        why = (f"{', '.join(f'{k} {old.get(k)!r} -> {want[k]!r}' for k in diff)} changed" if diff
+               else "the recorded verdict failed")
+        _say(f"gate: re-running the harness ({why})")
+    else:
+        _say("gate: running the compile harness on this config " + ("(--force=harness)" if rerun else "(no recorded verdict)"))
+    _say(f"gate: {shlex.join(cmd)}")
+    if path.exists():
+        path.unlink()  # a stale verdict must never be read back as this run's result
+    rc = run_harness_subprocess(cmd)
+    verdict = _read_verdict(path)
+    if verdict is None:
+        return False, (f"the compile harness wrote no verdict (exit code {rc}); compile stays off and training did "
+                       f"not start.\n  reproduce: {repro}")
+    diff = [k for k, v in want.items() if verdict.get(k) != v]
+    if diff:
+        return False, (f"the harness verdict does not describe this run ({', '.join(diff)} differ: "
+                       f"{ {k: verdict.get(k) for k in diff} } vs {want}); training did not start.\n  reproduce: {repro}")
+    if not verdict.get("passed"):
+        failed = {n: c for n, c in verdict.get("checks", {}).items() if not c.get("passed")}
+        lines = "\n".join(f"    - {n} (value {c.get('value')!r}): {str(c.get('detail'))[:500]}" for n, c in failed.items())
+        return False, (f"the compile harness FAILED check(s): {', '.join(failed) or '(none named)'}; compile stays "
+                       f"off and training did not start.\n{lines}\n  verdict: {path}\n  reproduce: {repro}\n"
+                       "  (see obsidian/Runbook.md: reading a failed verdict)")
+    if rc != 0:
+        return False, f"the harness exited with {rc} although its verdict passed; not trusting it.\n  reproduce: {repro}"
+    return True, f"gate: the compile harness passed ({path})"
+
+
+# ============================================================================ main
+def _write_config(cfg: RunConfig, run_dir: Path) -> Path:
+    path = run_dir / "config.json"
+    new = to_dict(cfg)
+    old = _read_verdict(path) if path.exists() else None
+    if old is not None and old != new:
+        _say(f"note: the config differs from the one recorded in {path}; existing stage outputs are still "
+             "skipped (use --force=STAGE,... or another --name to start over)")
+    _write_json(path, new)
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in argv or "--help" in argv:
+        print(USAGE)
+        return 0
+    dry_run = "--dry-run" in argv
+    argv = [a for a in argv if a != "--dry-run"]
+    try:
+        args = parse_workflow_args(argv)
+        cfg = load_config(args.hydra_overrides())
+        selected = _stage_set(args.stages, "--stages") or set(STAGES)
+        force = _stage_set(args.force, "--force", extra=("harness",))
+    except ConfigError as exc:
+        print(f"run10: error: {exc}\n(run `bash run10.sh --help` for the flags)", file=sys.stderr)
+        return EXIT_CONFIG
+    run_dir = Path(cfg.out_dir) / cfg.name
+    _say(f"resolved overrides: {' '.join(args.hydra_overrides()) or '(none)'}")
+    _say(f"config: {_write_config(cfg, run_dir)} (hash {config_hash(cfg)}, compile hash {compile_hash(cfg)})")
+    modes = {f"{n}.{c}": getattr(getattr(cfg.compile, n), c) for n in ("lensnet", "gistnet") for c in ("train", "inference")}
+    _say(f"compile modes: {modes}")
+    plan = plan_stages([s for s in STAGES if s in selected], force, run_dir)
+    needs_gate = compile_on(cfg) and any(plan.get(s) == "run" for s in COMPILED)
+    _say("plan: " + ", ".join(f"{s}={p}" for s, p in plan.items())
+         + ("; compile gate before stage2/eval (before any training)" if needs_gate else ""))
+    if dry_run:
+        _say("dry run: nothing executed")
+        return 0
+    gated = False
+    for stage, what in plan.items():
+        if needs_gate and not gated and stage in TRAINING and what == "run":
+            ok, msg = gate(cfg, args, run_dir, rerun="harness" in force)
+            if not ok:
+                print(f"run10: error: {msg}", file=sys.stderr)
+                return EXIT_GATE
+            _say(msg)
+            gated = True
+        if what != "run":
+            _say(f"{stage}: skipped, outputs exist ({', '.join(DONE_FILES[stage])}); --force={stage} redoes it")
+            continue
+        _say(f"{stage}: running")
+        t0 = time.perf_counter()
+        try:
+            result = STAGE_RUNNERS[stage](cfg, run_dir)
+        except Exception:  # noqa: BLE001 - report which stage failed, with the traceback, then stop
+            traceback.print_exc()
+            print(f"run10: error: stage {stage} failed (above). Fix it and re-run: finished stages are skipped and "
+                  "training resumes from its last checkpoint.", file=sys.stderr)
+            return EXIT_STAGE
+        if stage in SUMMARY_FILES:
+            _write_json(run_dir / SUMMARY_FILES[stage], result if isinstance(result, dict) else {"result": result})
+        _say(f"{stage}: done in {time.perf_counter() - t0:.1f} s")
+    _say(f"finished; run folder {run_dir}" + (f", report {run_dir / 'report.md'}" if "report" in plan else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
