@@ -11,7 +11,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$root"
 if ! py="$(MC_EXTRAS="${MC_EXTRAS:-plots}" bash "$root/scripts/setup_env.sh")"; then
   echo "[run10] set-up with extras '${MC_EXTRAS:-plots}' failed; retrying with the base install (no plots)" >&2
-  py="$(MC_EXTRAS=dev bash "$root/scripts/setup_env.sh")"
+  py="$(MC_EXTRAS= bash "$root/scripts/setup_env.sh")"
 fi
 # A run-local Inductor cache: the second compile of the same graphs takes seconds, not minutes.
 export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$root/.cache/inductor}"

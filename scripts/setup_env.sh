@@ -7,7 +7,7 @@
 # skipped when the environment already satisfies the project (marker keyed on pyproject+constraints).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-extras="${MC_EXTRAS:-dev}"
+extras="${MC_EXTRAS-dev}"  # MC_EXTRAS="" installs the runtime only
 if [ -n "${VIRTUAL_ENV:-}" ]; then
   py="$VIRTUAL_ENV/bin/python"
 else
@@ -21,8 +21,9 @@ stamp_src="$(cat "$root/pyproject.toml" "$root/constraints.txt"; echo "$extras")
 stamp="$(printf '%s' "$stamp_src" | sha256sum | cut -c1-16)"
 marker="$("$py" -c 'import sys; print(sys.prefix)')/.mc_installed_$stamp"
 if [ ! -f "$marker" ]; then
-  echo "[setup] installing mc[$extras] with $root/constraints.txt (torch pinned)" >&2
-  "$py" -m pip install -q --disable-pip-version-check -c "$root/constraints.txt" -e "$root[$extras]" >&2
+  target="$root${extras:+[$extras]}"
+  echo "[setup] installing mc${extras:+[$extras]} with $root/constraints.txt (torch pinned)" >&2
+  "$py" -m pip install -q --disable-pip-version-check -c "$root/constraints.txt" -e "$target" >&2
   touch "$marker"
 fi
 echo "$py"
