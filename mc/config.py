@@ -15,6 +15,7 @@ FREEZE_MODES = ("fail", "warn", "off")
 DATA_SOURCES = ("stdlib", "files", "recall")
 DEVICES = ("auto", "cpu", "cuda")
 GIST_POOLINGS = ("mean_mlp", "query")
+BENCH_CASES = ("lensnet", "train", "tree")
 
 # Byte-level vocabulary: ids 0..255 are bytes, then three specials.
 BOS_ID, EOS_ID, PAD_ID = 256, 257, 258
@@ -169,6 +170,17 @@ class EvalConfig:
 
 
 @dataclass
+class BenchConfig:
+    """The workflow's benchmark stage (``scripts/mc_bench.py`` runs the same code standalone)."""
+
+    enabled: bool = True  # run the bench stage in run10.sh
+    modes: list[str] = field(default_factory=lambda: ["default", "reduce-overhead", "max-autotune-no-cudagraphs"])  # vs eager
+    cases: list[str] = field(default_factory=lambda: ["lensnet", "train", "tree"])  # allocator call, micro-step, appends
+    quick: bool = False  # tiny shapes and few repetitions instead of this config's shapes
+    reps: int = 0  # timed repetitions per case (0 = the benchmark's default)
+
+
+@dataclass
 class TelemetryConfig:
     jsonl: bool = True  # stream events to runs/<name>/telemetry.jsonl
     debug: bool = False  # print a one-line summary per step
@@ -191,6 +203,7 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    bench: BenchConfig = field(default_factory=BenchConfig)
 
 
 # ----------------------------------------------------------------------------- validation
@@ -294,6 +307,13 @@ def validate(cfg: RunConfig) -> RunConfig:
             _fail(f"train.{stage}.steps", s.steps, "expected an integer >= 0")
         if not s.lr > 0:
             _fail(f"train.{stage}.lr", s.lr, "expected a number > 0")
+    b = cfg.bench
+    if not b.modes or any(m not in COMPILE_MODES or m == "off" for m in b.modes):
+        _fail("bench.modes", list(b.modes), f"expected a non-empty list of {', '.join(COMPILE_MODES[1:])} (eager always runs)")
+    if not b.cases or any(c not in BENCH_CASES for c in b.cases):
+        _fail("bench.cases", list(b.cases), f"expected a non-empty list of {', '.join(BENCH_CASES)}")
+    if not isinstance(b.reps, int) or b.reps < 0:
+        _fail("bench.reps", b.reps, "expected an integer >= 0 (0 = default)")
     e = cfg.eval
     for k in ("n_docs", "doc_tokens", "tail_tokens"):
         _positive(f"eval.{k}", getattr(e, k))

@@ -29,8 +29,8 @@ from typing import Any, Callable, Sequence
 from mc.config import ConfigError, RunConfig, to_dict
 from mc.config_loading import WorkflowArgs, compile_hash, config_hash, load_config, parse_workflow_args
 
-STAGES = ("env", "data", "stage1", "stage2", "eval", "report")
-TRAINING = ("stage1", "stage2", "eval")  # a run of one of these makes every later stage's outputs stale
+STAGES = ("env", "data", "stage1", "stage2", "eval", "bench", "report")
+TRAINING = ("stage1", "stage2", "eval", "bench")  # a run of one of these makes every later stage's outputs stale
 COMPILED = ("stage2", "eval")  # stages that call the (possibly compiled) LensNet / GistNet
 ROOT = Path(__file__).resolve().parent.parent
 HARNESS_SCRIPT = ROOT / "scripts" / "mc_compile_harness.py"
@@ -38,7 +38,8 @@ EXIT_CONFIG, EXIT_GATE, EXIT_STAGE = 2, 3, 1
 
 # Files whose presence means "this stage is done" (relative to the run folder). env always runs.
 DONE_FILES = {"env": (), "data": ("data.json",), "stage1": ("stage1/base.pt", "stage1/summary.json"),
-              "stage2": ("stage2/summary.json",), "eval": ("eval/eval.json",), "report": ("report.md",)}
+              "stage2": ("stage2/summary.json",), "eval": ("eval/eval.json",),
+              "bench": ("bench/bench.json",), "report": ("report.md",)}
 # Where the workflow writes a stage's returned summary dict.
 SUMMARY_FILES = {"env": "env.json", "data": "data.json", "stage1": "stage1/summary.json",
                  "stage2": "stage2/summary.json"}
@@ -55,6 +56,7 @@ Stages, in order (outputs under <out_dir>/<name>/, default runs/default/):
   stage1   base GPT pretraining on tokens                   -> stage1/base.pt, stage1/summary.json
   stage2   GistNet + LensNet training (MC)                  -> stage2/ckpt.pt, stage2/summary.json
   eval     held-out evaluation                              -> eval/eval.json
+  bench    eager vs compiled timings (config bench.*)        -> bench/bench.json, bench/bench.md
   report   report and plots                                 -> report.md, plots/*.png
 A stage whose outputs exist is skipped (re-running resumes); after stage1/stage2/eval runs, the
 later selected stages run again. The resolved config is written to config.json first.
@@ -174,6 +176,21 @@ def _run_eval(cfg: RunConfig, run_dir: Path) -> dict:
     return run_evaluation(cfg, run_dir, progress=_progress())
 
 
+def _run_bench(cfg: RunConfig, run_dir: Path) -> dict:
+    """Eager vs the ``bench.modes`` on this run's config, each mode in its own subprocess."""
+    from mc.bench import run_bench, to_markdown  # noqa: PLC0415
+
+    out = run_dir / "bench"
+    if not cfg.bench.enabled:
+        return {"skipped": "bench.enabled=false"}
+    res = run_bench(cfg, modes=["eager", *cfg.bench.modes], quick=cfg.bench.quick, reps=cfg.bench.reps or None,
+                    progress=_progress(), cases=cfg.bench.cases)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.md").write_text(to_markdown(res))
+    _write_json(out / "bench.json", res)
+    return {"bench": str(out / "bench.json")}
+
+
 def _run_report(cfg: RunConfig, run_dir: Path) -> dict:
     from mc.report import write_report  # noqa: PLC0415
 
@@ -183,7 +200,7 @@ def _run_report(cfg: RunConfig, run_dir: Path) -> dict:
 # name -> fn(cfg, run_dir) -> summary dict. Tests replace entries to avoid real training.
 STAGE_RUNNERS: dict[str, Callable[[RunConfig, Path], Any]] = {
     "env": _run_env, "data": _run_data, "stage1": _run_stage1, "stage2": _run_stage2, "eval": _run_eval,
-    "report": _run_report}
+    "bench": _run_bench, "report": _run_report}
 
 
 def stage_done(stage: str, run_dir: Path) -> bool:

@@ -41,12 +41,15 @@ def fake_stages(monkeypatch):
             if stage == "eval":
                 (run_dir / "eval").mkdir(parents=True, exist_ok=True)
                 (run_dir / "eval" / "eval.json").write_text("{}")
+            if stage == "bench":
+                (run_dir / "bench").mkdir(parents=True, exist_ok=True)
+                (run_dir / "bench" / "bench.json").write_text("{}")
             if stage == "report":
                 (run_dir / "report.md").write_text("# report")
             return {"stage": stage}
         return run
 
-    for stage in ("data", "stage1", "stage2", "eval", "report"):
+    for stage in ("data", "stage1", "stage2", "eval", "bench", "report"):
         monkeypatch.setitem(workflow.STAGE_RUNNERS, stage, make(stage))
     monkeypatch.setattr(workflow, "run_harness_subprocess", lambda cmd: pytest.fail(f"harness must not run: {cmd}"))
     return calls
@@ -87,7 +90,7 @@ def test_dry_run_writes_the_resolved_config_and_runs_nothing(tmp_path, fake_stag
 
 def test_stages_skip_when_done_and_force_redoes_downstream(tmp_path, fake_stages):
     assert workflow.main(base_args(tmp_path)) == 0
-    assert fake_stages == ["data", "stage1", "stage2", "eval", "report"]
+    assert fake_stages == ["data", "stage1", "stage2", "eval", "bench", "report"]
     run = tmp_path / "r"
     for f in ("config.json", "env.json", "data.json", "stage1/summary.json", "stage2/summary.json"):
         assert (run / f).exists(), f
@@ -95,7 +98,7 @@ def test_stages_skip_when_done_and_force_redoes_downstream(tmp_path, fake_stages
     assert workflow.main(base_args(tmp_path)) == 0
     assert fake_stages == []  # everything done: only env re-checks
     assert workflow.main(base_args(tmp_path, "--force=stage2")) == 0
-    assert fake_stages == ["stage2", "eval", "report"]  # downstream outputs were stale
+    assert fake_stages == ["stage2", "eval", "bench", "report"]  # downstream outputs were stale
     fake_stages.clear()
     assert workflow.main(base_args(tmp_path, "--stages=report", "--force", "report")) == 0
     assert fake_stages == ["report"]
