@@ -1,14 +1,14 @@
 """Focus allocator: any scores give legal, non-overlapping, in-budget edits; thresholds, cooldown, tail."""
 from __future__ import annotations
 
-import random
-
 import math
+import random
 
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
+from _wc_strategies import geometries  # shared hypothesis strategy (tests/_wc_strategies.py)
 from mc.allocator import Edit, FocusAllocator
 from mc.config import AllocatorConfig
 from mc.working_context import WorkingContext
@@ -48,15 +48,8 @@ class Shadow:
 
 @st.composite
 def random_wc(draw):
-    K = draw(st.integers(2, 4))
-    max_lod = draw(st.integers(1, 3))
-    n = draw(st.integers(0, 250))
-    recent = draw(st.integers(0, 30))
-    coarse = WorkingContext.build(n, block_size=K, max_lod=max_lod, max_entries=10**9, recent_tokens=recent,
-                                  fill=False)
-    max_entries = max(1, len(coarse)) + draw(st.integers(0, 50))
-    wc = WorkingContext.build(n, block_size=K, max_lod=max_lod, max_entries=max_entries, recent_tokens=recent,
-                              fill=draw(st.booleans()))
+    n, geo = draw(geometries(max_tokens=250, max_slack=50))
+    wc = WorkingContext.build(n, fill=draw(st.booleans()), **geo)
     rng = random.Random(draw(st.integers(0, 10**6)))
     for _ in range(20):  # diversify the layout
         legal = [("expand", i) for i in range(len(wc)) if wc.check_expand(i) is None]

@@ -5,6 +5,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
+from _wc_strategies import geometries  # shared hypothesis strategy (tests/_wc_strategies.py)
 from mc.variants import sample_variants
 from mc.working_context import WorkingContext
 
@@ -16,18 +17,6 @@ def check_invariants(wc: WorkingContext) -> None:
         assert lod == 0 or (idx + 1) * K**lod <= tail
         pos = (idx + 1) * K**lod
     assert pos == wc.num_tokens and len(wc) <= wc.max_entries
-
-
-@st.composite
-def geometries(draw):
-    K = draw(st.integers(2, 4))
-    max_lod = draw(st.integers(1, 3))
-    n = draw(st.integers(0, 400))
-    recent = draw(st.integers(0, 30))
-    coarse = WorkingContext.build(n, block_size=K, max_lod=max_lod, max_entries=10**9, recent_tokens=recent,
-                                  fill=False)
-    max_entries = max(1, len(coarse)) + draw(st.integers(0, 80))
-    return n, dict(block_size=K, max_lod=max_lod, max_entries=max_entries, recent_tokens=recent)
 
 
 @settings(max_examples=40, deadline=None)
