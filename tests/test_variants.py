@@ -5,18 +5,9 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from _wc_strategies import geometries  # shared hypothesis strategy (tests/_wc_strategies.py)
+from _wc_helpers import check_invariants, geometries  # shared (tests/_wc_helpers.py)
 from mc.variants import sample_variants
 from mc.working_context import WorkingContext
-
-
-def check_invariants(wc: WorkingContext) -> None:
-    K, tail, pos = wc.block_size, max(0, wc.num_tokens - wc.recent_tokens), 0
-    for lod, idx in wc.entries:
-        assert 0 <= lod <= wc.max_lod and idx * K**lod == pos and (idx + 1) * K**lod <= wc.num_tokens
-        assert lod == 0 or (idx + 1) * K**lod <= tail
-        pos = (idx + 1) * K**lod
-    assert pos == wc.num_tokens and len(wc) <= wc.max_entries
 
 
 @settings(max_examples=40, deadline=None)
