@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The MegaContext training workflow: environment set-up, then `python -m mc.workflow "$@"`
+# The MegaContext training workflow: environment set-up, then `python -m mc.app.workflow "$@"`
 # (stages env, data, stage1, stage2, eval, report; see `bash run10.sh --help`).
 #   - set-up: scripts/setup_env.sh (an active virtual environment is used as it is, otherwise
 #     .venv/ is created); MC_EXTRAS picks the extras to install (default "plots": matplotlib for
@@ -15,4 +15,4 @@ if ! py="$(MC_EXTRAS="${MC_EXTRAS:-plots}" bash "$root/scripts/setup_env.sh")"; 
 fi
 # A run-local Inductor cache: the second compile of the same graphs takes seconds, not minutes.
 export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$root/.cache/inductor}"
-exec "$py" -m mc.workflow "$@"
+exec "$py" -m mc.app.workflow "$@"

@@ -12,9 +12,9 @@ import torch
 from mc.compile.telemetry import Telemetry
 from mc.config import RunConfig, validate
 from mc.controller import MCController
-from mc.gistnet import GistNet
-from mc.gpt import GPT
-from mc.lensnet import LensNet
+from mc.nets.gistnet import GistNet
+from mc.nets.gpt import GPT
+from mc.nets.lensnet import LensNet
 
 
 def resolve_device(name: str) -> torch.device:

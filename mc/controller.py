@@ -29,11 +29,11 @@ from mc.compile.boundary import (CompiledNet, StepMarker, apply_recompile_limit,
                                  reentrance_reason)
 from mc.compile.telemetry import Telemetry
 from mc.config import RunConfig
-from mc.gistnet import GistNet
-from mc.gpt import GPT
-from mc.lensnet import LensNet
-from mc.losses import PreferenceResult, preference_loss, shared_tail_loss
-from mc.positional import lod_rotary_cos_sin
+from mc.nets.gistnet import GistNet
+from mc.nets.gpt import GPT
+from mc.nets.lensnet import LensNet
+from mc.nets.losses import PreferenceResult, preference_loss, shared_tail_loss
+from mc.nets.positional import lod_rotary_cos_sin
 from mc.session import InferenceSession, RefocusRecord
 from mc.tree import gist_levels
 from mc.variants import sample_variants
@@ -71,9 +71,9 @@ class MCController:
             apply_recompile_limit(limit)
             if not self.telemetry.monitor.started:
                 self.telemetry.start()  # compile events are only seen by a monitor installed before compiling
-        self.gist_net = CompiledNet(gistnet, "gistnet", comp.gistnet, fullgraph=comp.fullgraph, telemetry=self.telemetry)
-        self.lens_net = CompiledNet(lensnet, "lensnet", comp.lensnet, fullgraph=comp.fullgraph, telemetry=self.telemetry)
-        self.marker = StepMarker([self.gist_net, self.lens_net], self.telemetry)
+        self.compiled_gistnet = CompiledNet(gistnet, "gistnet", comp.gistnet, fullgraph=comp.fullgraph, telemetry=self.telemetry)
+        self.compiled_lensnet = CompiledNet(lensnet, "lensnet", comp.lensnet, fullgraph=comp.fullgraph, telemetry=self.telemetry)
+        self.marker = StepMarker([self.compiled_gistnet, self.compiled_lensnet], self.telemetry)
         self.session: InferenceSession | None = None
         self.train_bucket = bucket_for(cfg.mc.max_entries, cfg.mc.bucket_ladder)
         self.warmed_up = False
@@ -94,7 +94,7 @@ class MCController:
     def _run_gistnet(self, blocks_nkd: Tensor, context: str) -> Tensor:
         """GistNet over ``[N, K, D]`` blocks -> ``[N, D]`` gists (cloned once)."""
         if context == "train":
-            return self.gist_net.clone_outputs(self.gist_net.run(blocks_nkd, context="train"), context="train")
+            return self.compiled_gistnet.clone_outputs(self.compiled_gistnet.run(blocks_nkd, context="train"), context="train")
         ladder = self.cfg.mc.gist_bucket_ladder
         outs = []
         with torch.no_grad():
@@ -105,24 +105,24 @@ class MCController:
                 if size > n:  # pad to a bucket: static shapes, one cache entry per bucket
                     chunk = torch.cat([chunk, chunk.new_zeros(size - n, *chunk.shape[1:])])
                 self._mark_inference_step("gistnet inference call")
-                raw = self.gist_net.run(chunk, context="inference", rows=n)
-                outs.append(self.gist_net.clone_outputs(raw[:n], context="inference"))
+                raw = self.compiled_gistnet.run(chunk, context="inference", rows=n)
+                outs.append(self.compiled_gistnet.clone_outputs(raw[:n], context="inference"))
         return outs[0] if len(outs) == 1 else torch.cat(outs)
 
     def _run_lensnet_batched(self, embeds: Tensor, mask: Tensor, positions: Tensor, lods: Tensor,
                              num_tokens: Tensor) -> Tensor:
         """Training: LensNet over all variants of the micro-batch at one padded shape -> ``[R, W]``."""
-        raw = self.lens_net.run(embeds, mask, positions, lods, num_tokens, context="train")
-        return self.lens_net.clone_outputs(raw, context="train")
+        raw = self.compiled_lensnet.run(embeds, mask, positions, lods, num_tokens, context="train")
+        return self.compiled_lensnet.clone_outputs(raw, context="train")
 
     def _lensnet_allocator_scores(self, mwc: MaterializedWC, num_tokens: int) -> Tensor:
         """Inference: LensNet scores of one materialised working context -> ``[bucket]``."""
         n_tok = torch.full((1,), float(num_tokens), device=mwc.embeds.device)  # a tensor: no value guard
         self._mark_inference_step("allocator iteration")
         with torch.no_grad():
-            raw = self.lens_net.run(mwc.embeds[None], mwc.mask[None], mwc.positions[None], mwc.lods[None],
+            raw = self.compiled_lensnet.run(mwc.embeds[None], mwc.mask[None], mwc.positions[None], mwc.lods[None],
                                     n_tok, context="inference", entries=mwc.length)
-            return self.lens_net.clone_outputs(raw, context="inference")[0]
+            return self.compiled_lensnet.clone_outputs(raw, context="inference")[0]
 
     def _mark_inference_step(self, reason: str) -> None:
         """Inference step boundary: the previous call's outputs were cloned, so a new generation is safe.
@@ -130,6 +130,16 @@ class MCController:
         still needs; the boundary then records (or rejects) the call itself."""
         if reentrance_reason() is None:
             self.marker.mark(reason)
+
+    # ------------------------------------------------------------------ public net calls (through the helpers)
+
+    def gist_blocks(self, blocks_nkd: Tensor, *, train: bool = False) -> Tensor:
+        """GistNet over ``[N, K, D]`` blocks -> ``[N, D]`` gists, through the GistNet helper."""
+        return self._run_gistnet(blocks_nkd, "train" if train else "inference")
+
+    def lensnet_scores(self, mwc: MaterializedWC, num_tokens: int) -> Tensor:
+        """LensNet scores ``[bucket]`` of one materialised working context (the allocator's call)."""
+        return self._lensnet_allocator_scores(mwc, num_tokens)
 
     # ------------------------------------------------------------------ training
 
@@ -153,7 +163,7 @@ class MCController:
                                    recent_tokens=mc.recent_tokens, n_random=mc.n_random_variants, generator=generator)
         v = self.variants_per_sequence
         batch = gather_batched(levels, wcs, self.train_bucket, token_ids=ids_bt)
-        logits = self._base_logits(batch["embeds"], batch["positions"], batch["lods"], batch["mask"])
+        logits = self.base_logits(batch["embeds"], batch["positions"], batch["lods"], batch["mask"])
         tail = shared_tail_loss(logits, batch["token_ids"], batch["lengths"], mc.recent_tokens)  # [R]
         num_tokens = torch.full((b * v,), float(t), device=self.device)
         scores = self._run_lensnet_batched(batch["embeds"].detach(), batch["mask"], batch["positions"],
@@ -186,7 +196,8 @@ class MCController:
 
     # ------------------------------------------------------------------ inference
 
-    def _base_logits(self, embeds: Tensor, positions: Tensor, lods: Tensor, mask: Tensor) -> Tensor:
+    def base_logits(self, embeds: Tensor, positions: Tensor, lods: Tensor, mask: Tensor) -> Tensor:
+        """The base model over working-context embeddings ``[B, W, D]`` (LOD-aware rotary) -> ``[B, W, V]``."""
         cos, sin = lod_rotary_cos_sin(positions, lods, self.cfg.mc.block_size, self.base.head_dim,
                                       self.cfg.model.rope_base)
         return self.base(embeds=embeds, cos=cos, sin=sin, key_padding_mask=mask)
@@ -241,7 +252,7 @@ class MCController:
         """Base-model logits ``[V]`` for the token after the session's history."""
         s = self._require_session()
         mwc = s.materialize()
-        logits = self._base_logits(mwc.embeds[None], mwc.positions[None], mwc.lods[None], mwc.mask[None])
+        logits = self.base_logits(mwc.embeds[None], mwc.positions[None], mwc.lods[None], mwc.mask[None])
         return logits[0, mwc.length - 1]
 
     @torch.no_grad()
@@ -259,55 +270,12 @@ class MCController:
     # ------------------------------------------------------------------ warm-up and reports
 
     def warmup(self, generator: torch.Generator | None = None) -> dict:
-        """Run every (bucket x mode) the config uses ``compile.warmup_iters`` times, then freeze.
+        """Run every (bucket x mode) the config compiles ``compile.warmup_iters`` times, then freeze.
 
-        Training: full micro-steps with backward at the training shape. Inference: one LensNet
-        call per bucket of ``mc.bucket_ladder`` and one GistNet call per bucket of
-        ``mc.gist_bucket_ladder``. Gradients produced here are zeroed in place (not freed).
+        Returns the telemetry snapshot. See :func:`mc.compile.warmup.warm_up_controller`.
         """
-        comp, mc = self.cfg.compile, self.cfg.mc
-        gen = generator or torch.Generator().manual_seed(0)
-        iters = comp.warmup_iters
-        d, k = self.cfg.model.d_model, mc.block_size
-        if comp.lensnet.train != "off" or comp.gistnet.train != "off":
-            if self.cudagraphs_possible:
-                # Allocate .grad outside the CUDA-graph pool before the first compiled backward: a grad
-                # that a compiled backward allocates (warm-up runs inside the pool) would be stolen as
-                # .grad and overwritten by a later replay (COMPILE_NOTES 1.2); zeroed in place after.
-                for p in self.aux_parameters():
-                    if p.requires_grad and p.grad is None:
-                        p.grad = torch.zeros_like(p)
-            b = self.cfg.train.stage2.batch_size
-            for _ in range(iters):
-                ids = torch.randint(0, 256, (b, mc.history_tokens), generator=gen)
-                self.train_step(ids, gen).total.backward()
-                self.end_micro_step()
-            for p in self.aux_parameters():
-                if p.grad is not None:
-                    p.grad.zero_()
-        if comp.lensnet.inference != "off":
-            buf = WCBuffer(max(mc.bucket_ladder), d, device=self.device)
-            for size in mc.bucket_ladder:
-                n = min(size, mc.max_entries)
-                buf.embeds.normal_(generator=None)
-                buf.mask[:n], buf.mask[n:] = True, False
-                buf.positions.copy_(torch.arange(buf.capacity, dtype=torch.float32))
-                buf.lods.zero_()
-                mwc = MaterializedWC(embeds=buf.embeds[:size], mask=buf.mask[:size], positions=buf.positions[:size],
-                                     lods=buf.lods[:size], token_ids=buf.token_ids[:size], length=n, bucket=size)
-                for _ in range(iters):
-                    self._lensnet_allocator_scores(mwc, 4 * size)
-        if comp.gistnet.inference != "off":
-            for size in mc.gist_bucket_ladder:
-                for _ in range(iters):
-                    self._run_gistnet(torch.randn(size, k, d, device=self.device), "inference")
-        if self.telemetry.monitor.started:  # nothing compiles when every mode is "off": nothing to freeze
-            freeze(comp.freeze, self.telemetry.monitor)
-        self.warmed_up = True
-        return self.telemetry.snapshot()
-
-    def telemetry_snapshot(self) -> dict:
-        return self.telemetry.snapshot()
+        from mc.compile.warmup import warm_up_controller  # noqa: PLC0415 - warm-up needs the controller, not vice versa
+        return warm_up_controller(self, generator)
 
     def state_dict(self) -> dict:
         """The trainable state: both aux nets, and the base model when it is not frozen."""

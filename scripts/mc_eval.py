@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mc.bench import apply_overrides, bench_config  # noqa: E402  (config helpers shared with the benchmark)
+from mc.app.bench import apply_overrides, bench_config  # noqa: E402  (config helpers shared with the benchmark)
 from mc.config import RunConfig, from_dict  # noqa: E402
 from mc.eval.evaluate import VARIANTS, run_evaluation  # noqa: E402
 from mc.eval.stats import fmt_ci  # noqa: E402
@@ -41,7 +41,7 @@ def main(argv=None) -> int:
         print(f"  {metric}: " + "; ".join(f"{v} {fmt_ci(per[v], percent=pct)}" for v in VARIANTS))
     print(f"written {args.run_dir / 'eval' / 'eval.json'}")
     if args.report:
-        from mc.report import write_report  # noqa: PLC0415
+        from mc.app.report import write_report  # noqa: PLC0415
 
         print(f"report {write_report(cfg, args.run_dir)}")
     return 0

@@ -42,9 +42,9 @@ from mc.compile.telemetry import Telemetry  # noqa: E402
 from mc.config import (GistNetConfig, LensNetConfig, MCConfig, ModelConfig, RunConfig,  # noqa: E402
                        validate)
 from mc.controller import MCController  # noqa: E402
-from mc.gistnet import GistNet  # noqa: E402
-from mc.gpt import GPT  # noqa: E402
-from mc.lensnet import LensNet  # noqa: E402
+from mc.nets.gistnet import GistNet  # noqa: E402
+from mc.nets.gpt import GPT  # noqa: E402
+from mc.nets.lensnet import LensNet  # noqa: E402
 from mc.working_context import MaterializedWC, WCBuffer  # noqa: E402
 
 MARK = "RESULT_JSON:"
@@ -124,7 +124,7 @@ def _calls(c: MCController, net: str, ctx: str) -> int:
 
 def held_outputs(c: MCController, e: MCController, device: torch.device, tol: float) -> dict:
     """Keep A, run B, C, D with different inputs, then check A (snapshot and eager twin)."""
-    spies = {"lensnet": RawSpy(c.lens_net), "gistnet": RawSpy(c.gist_net)}
+    spies = {"lensnet": RawSpy(c.compiled_lensnet), "gistnet": RawSpy(c.compiled_gistnet)}
     report: dict = {"raw_returned": [], "clone_deltas": [], "checks": {}}
 
     def helper_call(net: str, ctx: str, fn):
@@ -145,34 +145,34 @@ def held_outputs(c: MCController, e: MCController, device: torch.device, tol: fl
 
     # LensNet, inference helper: A at bucket 32, then B (16), C, D (32) with other contents.
     mwc_a = random_mwc(32, 29, 100, device)
-    a = helper_call("lensnet", "inference", lambda: c._lensnet_allocator_scores(mwc_a, 200))
+    a = helper_call("lensnet", "inference", lambda: c.lensnet_scores(mwc_a, 200))
     a_snap = a.clone()
-    a_eager = e._lensnet_allocator_scores(mwc_a, 200)
+    a_eager = e.lensnet_scores(mwc_a, 200)
     for i, (size, length) in enumerate([(16, 12), (32, 31), (32, 20)]):
         mwc = random_mwc(size, length, 101 + i, device)
-        helper_call("lensnet", "inference", lambda m=mwc: c._lensnet_allocator_scores(m, 150 + i))
+        helper_call("lensnet", "inference", lambda m=mwc: c.lensnet_scores(m, 150 + i))
     check("lensnet_inference", a, a_snap, a_eager)
 
     # GistNet, inference helper: A with 16 blocks, then 1, 4, 16 blocks of other contents.
     g = torch.Generator().manual_seed(7)
     blocks_a = torch.randn(16, K, D, generator=g).to(device)
-    ga = helper_call("gistnet", "inference", lambda: c._run_gistnet(blocks_a, "inference"))
-    ga_snap, ga_eager = ga.clone(), e._run_gistnet(blocks_a, "inference")
+    ga = helper_call("gistnet", "inference", lambda: c.gist_blocks(blocks_a))
+    ga_snap, ga_eager = ga.clone(), e.gist_blocks(blocks_a)
     for n in (1, 4, 16):
         blocks = torch.randn(n, K, D, generator=g).to(device)
-        helper_call("gistnet", "inference", lambda b=blocks: c._run_gistnet(b, "inference"))
+        helper_call("gistnet", "inference", lambda b=blocks: c.gist_blocks(b))
     check("gistnet_inference", ga, ga_snap, ga_eager)
 
     # GistNet, training helper (32 blocks without grad: the level-1 shape of train_step), each
     # call followed by its backward so a CUDA-graph generation never stays open.
     blocks_a = torch.randn(32, K, D, generator=g).to(device)
-    gt = helper_call("gistnet", "train", lambda: c._run_gistnet(blocks_a, "train"))
-    gt_snap, gt_eager = gt.detach().clone(), e._run_gistnet(blocks_a, "train").detach()
+    gt = helper_call("gistnet", "train", lambda: c.gist_blocks(blocks_a, train=True))
+    gt_snap, gt_eager = gt.detach().clone(), e.gist_blocks(blocks_a, train=True).detach()
     gt.sum().backward()
     c.end_micro_step()
     for _ in range(3):
         blocks = torch.randn(32, K, D, generator=g).to(device)
-        helper_call("gistnet", "train", lambda b=blocks: c._run_gistnet(b, "train")).sum().backward()
+        helper_call("gistnet", "train", lambda b=blocks: c.gist_blocks(b, train=True)).sum().backward()
         c.end_micro_step()
     check("gistnet_train", gt.detach(), gt_snap, gt_eager)
 
@@ -243,8 +243,8 @@ def parity(c: MCController, e: MCController, device: torch.device, tol: float) -
     sc, se = c.begin_session(prompt), e.begin_session(prompt)
     lv = [float((sc.tree.level(l) - se.tree.level(l)).abs().max()) for l in (1, 2)]
     mc_, me = sc.materialize(), se.materialize()
-    a = c._lensnet_allocator_scores(mc_, sc.num_tokens)[: mc_.length]
-    b = e._lensnet_allocator_scores(me, se.num_tokens)[: me.length]
+    a = c.lensnet_scores(mc_, sc.num_tokens)[: mc_.length]
+    b = e.lensnet_scores(me, se.num_tokens)[: me.length]
     rep.update(tree_level_max_abs=lv, alloc_scores_max_abs=float((a - b).abs().max()),
                alloc_scores_close=bool(torch.allclose(a, b, rtol=tol, atol=tol)),
                inference_entries=[len(sc.wc), len(se.wc)])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mc.bench import MODES, apply_overrides, to_markdown
+from mc.app.bench import MODES, apply_overrides, to_markdown
 from mc.config import ConfigError, RunConfig
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,12 +1,12 @@
-"""Tests for mc/gpt.py: the base GPT's two input paths, masking, and the next-token loss."""
+"""Tests for mc/nets/gpt.py: the base GPT's two input paths, masking, and the next-token loss."""
 import math
 
 import pytest
 import torch
 
 from mc.config import PAD_ID, ModelConfig
-from mc.gpt import GPT, next_token_loss
-from mc.positional import lod_rotary_cos_sin, rotary_cos_sin
+from mc.nets.gpt import GPT, next_token_loss
+from mc.nets.positional import lod_rotary_cos_sin, rotary_cos_sin
 
 
 def tiny_cfg(**kw):

@@ -19,8 +19,8 @@ import torch
 from mc.config import ConfigError, NetCompileConfig, RunConfig, from_dict
 from _tiny_config import TINY  # shared (tests/_tiny_config.py)
 from mc.config_loading import compile_hash, load_config
-from mc.harness import CHECK_NAMES, resolve_harness_config, run_harness, split_harness_argv
-from mc.harness_checks import RawSpy, format_table, max_rel_err, recompile_guards, storage_ptrs
+from mc.harness.run import CHECK_NAMES, resolve_harness_config, run_harness, split_harness_argv
+from mc.harness.checks import RawSpy, format_table, max_rel_err, recompile_guards, storage_ptrs
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "mc_compile_harness.py"
@@ -157,10 +157,10 @@ def test_raw_spy_sees_aliasing_but_not_a_clone():
 
     ctl = Ctl()
     spy = RawSpy(ctl).install()
-    raw = ctl.lens_net.run(torch.randn(2, 3), context="inference")
+    raw = ctl.compiled_lensnet.run(torch.randn(2, 3), context="inference")
     assert spy.aliased("lensnet", raw[0]) and not spy.aliased("lensnet", raw.clone())
     spy.uninstall()
-    assert "run" not in ctl.lens_net.__dict__
+    assert "run" not in ctl.compiled_lensnet.__dict__
     assert storage_ptrs((raw, [raw[1]])) == {raw.untyped_storage().data_ptr()}
 
 

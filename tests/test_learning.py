@@ -38,8 +38,8 @@ from mc.build import build_controller, resolve_device
 from mc.config import (AllocatorConfig, AllocatorInferenceConfig, DataConfig, EvalConfig, GistNetConfig, LensNetConfig,
                        MCConfig, ModelConfig, RecallConfig, RunConfig, StageConfig, TelemetryConfig, TrainConfig)
 from mc.data.loader import RecallSource
-from mc.gpt import next_token_loss
-from mc.losses import tail_loss_mask
+from mc.nets.gpt import next_token_loss
+from mc.nets.losses import tail_loss_mask
 from mc.train.checkpoint import load_checkpoint
 from mc.train.common import fit_recall
 from mc.train.stage1 import train_stage1
@@ -80,7 +80,7 @@ def learning_cfg() -> RunConfig:
 def _tail_loss(ctrl, session, tail: int) -> float:
     """Next-token loss over the last ``tail`` entries (all LOD0) of the session's working context."""
     mwc = session.materialize()
-    logits = ctrl._base_logits(mwc.embeds[None], mwc.positions[None], mwc.lods[None], mwc.mask[None])
+    logits = ctrl.base_logits(mwc.embeds[None], mwc.positions[None], mwc.lods[None], mwc.mask[None])
     mask = tail_loss_mask(torch.tensor([mwc.length]), mwc.bucket, tail)
     return float(next_token_loss(logits, mwc.token_ids[None], mask))
 
@@ -93,7 +93,7 @@ def measure(ctrl, cfg: RunConfig) -> dict:
         doc = src.doc(k, T)
         s = ctrl.begin_session(doc.ids)  # recency-baseline layout (WorkingContext.build, fill=True)
         mwc = s.materialize()
-        scores = ctrl._lensnet_allocator_scores(mwc, s.num_tokens)[: mwc.length]
+        scores = ctrl.lensnet_scores(mwc, s.num_tokens)[: mwc.length]
         value_tok = doc.value_span(doc.answer_record)[0]
         idx = next(i for i in range(len(s.wc)) if s.wc.span(i)[0] <= value_tok < s.wc.span(i)[1])
         above.append(float(scores[idx]) > statistics.median(scores.tolist()))

@@ -2,7 +2,7 @@
 import torch
 import torch.nn.functional as F
 
-from mc.losses import entry_spans, pair_indices, preference_loss, shared_tail_loss, tail_loss_mask
+from mc.nets.losses import entry_spans, pair_indices, preference_loss, shared_tail_loss, tail_loss_mask
 
 
 def test_tail_mask_marks_only_shared_targets():

@@ -28,7 +28,7 @@ from _compile_scenarios import D, K, make_nets, random_mwc, tiny_config  # noqa:
 
 from mc.compile.boundary import StepMarker  # noqa: E402
 from mc.controller import MCController  # noqa: E402
-from mc.gpt import GPT  # noqa: E402
+from mc.nets.gpt import GPT  # noqa: E402
 
 HELPERS = {"gistnet": {"_run_gistnet"},
            "lensnet": {"_run_lensnet_batched", "_lensnet_allocator_scores"}}
@@ -193,10 +193,10 @@ def test_helpers_return_a_clone_never_the_raw_output_and_clone_once_per_call():
     c = _mock_controller(log)
     gist, lens = c.gistnet, c.lensnet
     cases = [
-        ("gistnet", "inference", gist, lambda: c._run_gistnet(torch.randn(3, K, D), "inference"), 1),  # pads 3 -> 4
-        ("gistnet", "train", gist, lambda: c._run_gistnet(torch.randn(32, K, D), "train"), 1),
-        ("gistnet", "inference", gist, lambda: c._run_gistnet(torch.randn(40, K, D), "inference"), 3),  # 16+16+8->16
-        ("lensnet", "inference", lens, lambda: c._lensnet_allocator_scores(random_mwc(32, 20, 0, "cpu"), 90), 1),
+        ("gistnet", "inference", gist, lambda: c.gist_blocks(torch.randn(3, K, D)), 1),  # pads 3 -> 4
+        ("gistnet", "train", gist, lambda: c.gist_blocks(torch.randn(32, K, D), train=True), 1),
+        ("gistnet", "inference", gist, lambda: c.gist_blocks(torch.randn(40, K, D)), 3),  # 16+16+8->16
+        ("lensnet", "inference", lens, lambda: c.lensnet_scores(random_mwc(32, 20, 0, "cpu"), 90), 1),
         ("lensnet", "train", lens, lambda: c._run_lensnet_batched(
             torch.randn(6, 32, D), torch.ones(6, 32, dtype=torch.bool), torch.arange(32.).repeat(6, 1),
             torch.zeros(6, 32, dtype=torch.long), torch.full((6,), 64.)), 1),
@@ -209,7 +209,7 @@ def test_helpers_return_a_clone_never_the_raw_output_and_clone_once_per_call():
         assert out.data_ptr() not in mod.raw_ptrs, f"{net}/{ctx} returned the module's raw output"
     # the padded GistNet call returns exactly the real rows, and the values are the module's
     blocks = torch.randn(3, K, D)
-    out = c._run_gistnet(blocks, "inference")
+    out = c.gist_blocks(blocks)
     torch.testing.assert_close(out, blocks.mean(1) * gist.scale.detach())
     # training clones keep autograd: the LensNet parameter gets a gradient through the clone
     scores = cases[-1][3]()
@@ -228,7 +228,7 @@ def mark_log(monkeypatch):
 
 def _force_marks(c: MCController) -> None:
     """Pretend CUDA graphs are on (StepMarker(active=True)) so marks really call the fake."""
-    c.marker = StepMarker([c.gist_net, c.lens_net], c.telemetry, active=True)
+    c.marker = StepMarker([c.compiled_gistnet, c.compiled_lensnet], c.telemetry, active=True)
 
 
 def _seq(log: list) -> list[str]:
@@ -251,7 +251,7 @@ def test_step_marks_have_one_owner_and_the_expected_counts(mark_log):
     for _ in range(5):
         c.refocus()
     for _ in range(7):  # allocator-style repeated calls
-        c._lensnet_allocator_scores(c.session.materialize(), c.session.num_tokens)
+        c.lensnet_scores(c.session.materialize(), c.session.num_tokens)
     seq = _seq(mark_log)
     assert seq[0::2] == ["M"] * (len(seq) // 2) and "M" not in seq[1::2] and len(seq) % 2 == 0
     tot = counters.totals
@@ -295,14 +295,14 @@ def test_warmup_allocates_grads_outside_the_graph_pool_before_the_first_backward
     _force_marks(c)
     c.cfg.compile.lensnet.train = "default"  # selects warm-up's training branch; the nets stay eager (built at init)
     seen: list = []
-    orig = c.gist_net.run
+    orig = c.compiled_gistnet.run
 
     def spy(*args, **kwargs):
         if not seen:
             seen.append([None if p.grad is None else p.grad.data_ptr() for p in c.aux_parameters()])
         return orig(*args, **kwargs)
 
-    c.gist_net.run = spy
+    c.compiled_gistnet.run = spy
     c.warmup()
     assert seen and None not in seen[0], "a parameter had no .grad when the first compiled forward ran"
     assert [p.grad.data_ptr() for p in c.aux_parameters()] == seen[0]
@@ -319,17 +319,17 @@ def test_warmup_with_everything_off_runs_and_does_not_freeze():
 # ----------------------------------------------------------------------------- 4. held outputs
 def test_held_outputs_survive_later_calls_eager():
     c = _real_controller()
-    a = c._lensnet_allocator_scores(random_mwc(32, 29, 10, "cpu"), 200)
+    a = c.lensnet_scores(random_mwc(32, 29, 10, "cpu"), 200)
     a_snap = a.clone()
     for i, size in enumerate((16, 32, 32)):
-        c._lensnet_allocator_scores(random_mwc(size, size - 3, 11 + i, "cpu"), 100)
+        c.lensnet_scores(random_mwc(size, size - 3, 11 + i, "cpu"), 100)
     torch.testing.assert_close(a, a_snap, rtol=0, atol=0)
     g = torch.Generator().manual_seed(3)
     blocks = torch.randn(16, K, D, generator=g)
-    ga = c._run_gistnet(blocks, "inference")
+    ga = c.gist_blocks(blocks)
     ga_snap = ga.clone()
     for n in (1, 4, 16):
-        c._run_gistnet(torch.randn(n, K, D, generator=g), "inference")
+        c.gist_blocks(torch.randn(n, K, D, generator=g))
     torch.testing.assert_close(ga, ga_snap, rtol=0, atol=0)
     torch.testing.assert_close(ga, c.gistnet(blocks).detach(), rtol=1e-6, atol=1e-6)  # consumed faithfully
 
@@ -352,7 +352,7 @@ def test_reentrance_from_backward_hook_is_reported_raises_and_never_marks(mark_l
 
     def hook(grad):  # LensNet from inside the backward: forbidden
         if helper == "_lensnet_allocator_scores":
-            c._lensnet_allocator_scores(mwc, n_tok)
+            c.lensnet_scores(mwc, n_tok)
         else:
             c._run_lensnet_batched(*_batched_inputs())
         return grad
@@ -376,13 +376,13 @@ def test_reentrance_from_backward_hook_is_reported_raises_and_never_marks(mark_l
 def test_reentrance_record_policy_proceeds_but_still_reports_and_does_not_mark(mark_log):
     c = _real_controller()
     _force_marks(c)
-    c.lens_net.reentrance = "record"
+    c.compiled_lensnet.reentrance = "record"
     c.begin_session(_prompt(80))
     mwc, n_tok = c.session.materialize(), c.session.num_tokens
     gen = torch.Generator().manual_seed(0)
     out = c.train_step(torch.randint(0, 256, (2, 64), generator=gen), gen)
     seen = []
-    out.total.register_hook(lambda g: seen.append(c._lensnet_allocator_scores(mwc, n_tok)) or g)
+    out.total.register_hook(lambda g: seen.append(c.lensnet_scores(mwc, n_tok)) or g)
     marks0 = len(mark_log)
     out.total.backward()
     assert len(seen) == 1 and seen[0].shape == (mwc.bucket,)

@@ -6,10 +6,10 @@ import math
 import pytest
 import torch
 
-from mc.blocks import Attention, Block
+from mc.nets.bidirectional import BidirectionalAttention, BidirectionalBlock
 from mc.config import GistNetConfig, LensNetConfig
-from mc.gistnet import GistNet
-from mc.lensnet import NUM_FEATURES, LensNet
+from mc.nets.gistnet import GistNet
+from mc.nets.lensnet import NUM_FEATURES, LensNet
 
 D, K, MAX_LOD = 32, 4, 2
 
@@ -66,14 +66,14 @@ def pad_more(inp: dict[str, torch.Tensor], extra: int, fill: float = 0.0) -> dic
 
 def test_block_key_mask_excludes_masked_keys():
     torch.manual_seed(0)
-    attn = Attention(16, 4)
+    attn = BidirectionalAttention(16, 4)
     x = torch.randn(2, 5, 16)
     mask = torch.tensor([[True, True, True, False, False]] * 2)
     y = attn(x, key_mask=mask)
     x2 = x.clone()
     x2[:, 3:] = 100.0  # masked keys/values changed: the real queries' outputs must not move
     assert torch.allclose(attn(x2, key_mask=mask)[:, :3], y[:, :3], atol=1e-6)
-    assert Block(16, 4)(x).shape == x.shape
+    assert BidirectionalBlock(16, 4)(x).shape == x.shape
 
 
 # ----------------------------------------------------------------------------- GistNet

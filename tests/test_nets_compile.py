@@ -33,8 +33,8 @@ iters = int(spec.get("iters", 3))
 use_cg = device.type == "cuda" and mode == "reduce-overhead"
 
 from mc.config import GistNetConfig, LensNetConfig
-from mc.gistnet import GistNet
-from mc.lensnet import LensNet
+from mc.nets.gistnet import GistNet
+from mc.nets.lensnet import LensNet
 
 D, K, MAX_LOD, N, B, W = 32, 4, 2, 6, 2, 16
 torch.manual_seed(0)

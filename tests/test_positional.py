@@ -1,10 +1,10 @@
-"""Tests for mc/positional.py: plain and LOD-aware rotary encodings."""
+"""Tests for mc/nets/positional.py: plain and LOD-aware rotary encodings."""
 import math
 
 import pytest
 import torch
 
-from mc.positional import (apply_rotary, lod_amplitude, lod_rotary_cos_sin, rope_frequencies,
+from mc.nets.positional import (apply_rotary, lod_amplitude, lod_rotary_cos_sin, rope_frequencies,
                            rotary_cos_sin)
 
 HD, BASE, K = 16, 10000.0, 4

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-import mc.plots
+import mc.app.plots
 from mc.config import RunConfig
-from mc.report import write_report
+from mc.app.report import write_report
 
 
 def _eval_json() -> dict:
@@ -91,7 +91,7 @@ def test_report_with_nothing(tmp_path):
 
 
 def test_report_without_matplotlib(tmp_path, monkeypatch):
-    monkeypatch.setattr(mc.plots, "matplotlib_missing", lambda: "matplotlib is not importable (test)")
+    monkeypatch.setattr(mc.app.plots, "matplotlib_missing", lambda: "matplotlib is not importable (test)")
     run = _full_run(tmp_path)
     text = write_report(RunConfig(), run).read_text()
     assert "Plots skipped: matplotlib is not importable (test)" in text

@@ -11,7 +11,7 @@ import torch
 from mc.build import build_controller
 from mc.config import (DataConfig, EvalConfig, GistNetConfig, LensNetConfig, MCConfig, ModelConfig, RecallConfig,
                        RunConfig, StageConfig, TelemetryConfig, TrainConfig)
-from mc.gpt import GPT
+from mc.nets.gpt import GPT
 from mc.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from mc.train.common import fit_recall, read_metrics
 from mc.train.optim import lr_at, make_optimizer

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from mc.gpt import GPT
+from mc.nets.gpt import GPT
 
 
 def _check(ids: Tensor, window: int, need: int, what: str) -> Tensor:

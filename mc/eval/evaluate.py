@@ -154,7 +154,7 @@ def _scored_logits(ctrl: MCController, n_scored: int, expect: Tensor) -> tuple[T
     s = ctrl.session
     mwc = s.materialize()
     L = mwc.length
-    logits = ctrl._base_logits(mwc.embeds[None], mwc.positions[None], mwc.lods[None], mwc.mask[None])[0]  # [bucket, V]
+    logits = ctrl.base_logits(mwc.embeds[None], mwc.positions[None], mwc.lods[None], mwc.mask[None])[0]  # [bucket, V]
     if bool((mwc.lods[L - n_scored - 1: L] != 0).any()):
         raise RuntimeError("evaluation bug: the scored tokens and their predecessor must be LOD0 entries")
     tgt = mwc.token_ids[L - n_scored: L]

@@ -27,7 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from mc.config import RunConfig, to_dict, validate
-from mc.gpt import GPT, next_token_loss
+from mc.nets.gpt import GPT, next_token_loss
 from mc.train.checkpoint import load_checkpoint, require_keys, restore_rng, rng_state, save_checkpoint
 from mc.train.common import MetricsLog, check_resume_config, make_sampler, setup_device
 from mc.train.optim import lr_at, make_optimizer, set_lr

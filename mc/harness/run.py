@@ -34,7 +34,7 @@ import torch
 
 from mc.config import ConfigError, RunConfig, to_dict
 from mc.config_loading import COMPILE_FLAGS, load_config, parse_workflow_args
-from mc.harness_checks import (RawSpy, build_verdict, cuda_memory, format_table, grads_of, make_mwc, max_rel_err,
+from mc.harness.checks import (RawSpy, build_verdict, cuda_memory, format_table, grads_of, make_mwc, max_rel_err,
                                recompile_guards, worst_grad_err)
 
 INJECTIONS = ("recompile", "alias")
@@ -64,7 +64,7 @@ class _Harness:
 
     def __init__(self, cfg: RunConfig, *, strict: bool, base_weights: str | None, inject: str | None,
                  compile_budget_s: float, log: Callable[[str], None]) -> None:
-        from mc.build import resolve_device  # noqa: PLC0415 - keeps `import mc.harness` light
+        from mc.build import resolve_device  # noqa: PLC0415 - keeps `import mc.harness.run` light
 
         if inject not in (None, *INJECTIONS):
             raise ValueError(f"inject={inject!r}: expected one of {', '.join(INJECTIONS)} (or None)")
@@ -136,7 +136,7 @@ class _Harness:
         self.spy = RawSpy(self.ctl).install()
         self.opt = torch.optim.AdamW(self.ctl.aux_parameters(), lr=self.cfg.train.stage2.lr)
         if self.inject == "alias":  # test hook: LensNet's helper hands out the raw compiled output
-            self.ctl.lens_net.clone_outputs = lambda out, *, context: out
+            self.ctl.compiled_lensnet.clone_outputs = lambda out, *, context: out
 
     def build_twin(self) -> None:
         from mc.build import build_controller  # noqa: PLC0415
@@ -217,10 +217,10 @@ class _Harness:
             for i, size in enumerate(sizes):
                 if net == "lensnet":
                     x = make_mwc(size, min(size, mc.max_entries), d, device=self.device, generator=g, max_lod=mc.max_lod)
-                    out = c._lensnet_allocator_scores(x, 4 * size)
+                    out = c.lensnet_scores(x, 4 * size)
                 else:
                     x = torch.randn(size, mc.block_size, d, generator=g).to(self.device)
-                    out = c._run_gistnet(x, "inference")
+                    out = c.gist_blocks(x)
                 self.track(f"{net}/inference call {'ABCD'[i]}", out)
                 if self.spy.aliased(net, out):
                     self.held.append({"what": f"{net}/inference call {'ABCD'[i]}", "changed": False, "aliased": True,
@@ -229,8 +229,8 @@ class _Harness:
                     kept, snap, first_in = out, out.detach().clone(), x
             self.held_result(f"{net}/inference output A after calls B, C, D", kept, snap, False)
             with torch.no_grad():  # eager parity of the same call A
-                ref = (self.twin._lensnet_allocator_scores(first_in, 4 * sizes[0]) if net == "lensnet"
-                       else self.twin._run_gistnet(first_in, "inference"))
+                ref = (self.twin.lensnet_scores(first_in, 4 * sizes[0]) if net == "lensnet"
+                       else self.twin.gist_blocks(first_in))
             self.parity[f"{net} inference"] = (max_rel_err(snap, ref), "call A")
 
     def inject_recompile(self) -> None:
@@ -239,11 +239,11 @@ class _Harness:
         g = torch.Generator().manual_seed(7)
         if self.modes["lensnet.inference"] != "off":
             size = next(n for n in range(mc.bucket_ladder[0] + 1, 10**6) if n not in mc.bucket_ladder)
-            c._lensnet_allocator_scores(make_mwc(size, min(size, mc.max_entries), d, device=self.device, generator=g), size)
+            c.lensnet_scores(make_mwc(size, min(size, mc.max_entries), d, device=self.device, generator=g), size)
         elif self.modes["gistnet.inference"] != "off":
             n = next(n for n in range(2, 10**6) if n not in mc.gist_bucket_ladder)
             with torch.no_grad():
-                c.gist_net.run(torch.randn(n, mc.block_size, d, device=self.device), context="inference")
+                c.compiled_gistnet.run(torch.randn(n, mc.block_size, d, device=self.device), context="inference")
         elif any(mode != "off" for key, mode in self.modes.items() if key.endswith(".train")):
             ids = torch.randint(0, 256, (self.cfg.train.stage2.batch_size + 1, mc.history_tokens), generator=g)
             c.train_step(ids, g).total.backward()
@@ -278,7 +278,7 @@ class _Harness:
         if self.spy is not None:
             self.spy.uninstall()
         if self.ctl is not None:
-            self.ctl.lens_net.__dict__.pop("clone_outputs", None)
+            self.ctl.compiled_lensnet.__dict__.pop("clone_outputs", None)
         unfreeze(self.telemetry.monitor if self.telemetry is not None else None)
         if self._strict_ctx is not None:
             self._strict_ctx.restore()

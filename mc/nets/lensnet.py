@@ -18,7 +18,7 @@ Per-entry features, computed inside from those tensors (no Python arithmetic on 
   (num_tokens - span_end) / num_tokens            distance from the end of the history, linear
   log1p(num_tokens - span_end) / log1p(num_tokens)  the same on a log scale (resolves the recent part)
   with span_end = position + (width + 1) / 2 (exclusive end), each clamped to [0, 1].
-They pass through a small MLP and are added to the projected (RMS-normalised) embeddings; then
+They pass through a small BidirectionalMLP and are added to the projected (RMS-normalised) embeddings; then
 ``cfg.n_layers`` bidirectional blocks with the key-padding mask, a norm and a linear head give the
 logits; ``forward`` returns ``tanh(logits)``.
 
@@ -39,7 +39,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from mc.blocks import Block, init_linear
+from mc.nets.bidirectional import BidirectionalBlock, init_linear
 from mc.config import LensNetConfig
 
 NUM_FEATURES = 4  # lod, width share, linear distance from the end, log distance from the end
@@ -71,7 +71,7 @@ class LensNet(nn.Module):
         self.feat_out = nn.Linear(d, d)
         for layer in (self.in_proj, self.feat_in, self.feat_out):
             init_linear(layer)
-        self.blocks = nn.ModuleList(Block(d, cfg.n_heads, cfg.n_layers) for _ in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(BidirectionalBlock(d, cfg.n_heads, cfg.n_layers) for _ in range(cfg.n_layers))
         self.out_norm = nn.RMSNorm(d)
         self.head = nn.Linear(d, 1)
         # Small but non-zero: scores start near 0 (no edits asked for) while every parameter

@@ -129,7 +129,7 @@ def _cases(ctrl, cfg: RunConfig, device: torch.device) -> list[tuple[str, Callab
                              token_ids=buf.token_ids, length=n, bucket=size)
 
         def lens_call(mwc=mwc, tokens=4 * size) -> None:
-            ctrl._lensnet_allocator_scores(mwc, tokens)
+            ctrl.lensnet_scores(mwc, tokens)
         cases.append((f"lensnet_call@{size}", lens_call))
 
     ids = torch.randint(0, 256, (cfg.train.stage2.batch_size, mc.history_tokens), generator=g)
@@ -148,7 +148,7 @@ def _cases(ctrl, cfg: RunConfig, device: torch.device) -> list[tuple[str, Callab
         app_emb = ctrl.base.embed(app_ids[None])[0]
 
     def tree_append() -> None:
-        tree = LifetimeGistTree(mc.block_size, mc.max_lod, d, lambda x: ctrl._run_gistnet(x, "inference"),
+        tree = LifetimeGistTree(mc.block_size, mc.max_lod, d, ctrl.gist_blocks,
                                 device=device)
         tree.append(app_ids, app_emb)
     cases.append((f"tree_append({n_app} tok)", tree_append))
@@ -235,10 +235,10 @@ def _spawn(cfg_path: Path, mode: str, phase: str, work: Path, *, reps: int, max_
     env["TRITON_CACHE_DIR"] = str(cache_dir / "triton")
     if quick:  # no compile-worker pool: its start-up dominates a tiny quick run on a small CPU
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-    cmd = [sys.executable, "-m", "mc.bench", "--worker", mode, "--phase", phase, "--cfg", str(cfg_path),
+    cmd = [sys.executable, "-m", "mc.app.bench", "--worker", mode, "--phase", phase, "--cfg", str(cfg_path),
            "--out", str(out), "--cache", str(work / f"{mode}.megacache"), "--reps", str(reps),
            "--max-case-s", str(max_case_s), "--cases", *cases]
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
     t = time.perf_counter()
     try:
@@ -374,7 +374,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=None, help="timed repetitions per case (default 5 quick / 20)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per worker subprocess")
     p.add_argument("overrides", nargs="*", help="config overrides key.path=value (e.g. train.device=cuda)")
-    # worker-only arguments (the parent spawns `python -m mc.bench --worker MODE ...`)
+    # worker-only arguments (the parent spawns `python -m mc.app.bench --worker MODE ...`)
     p.add_argument("--worker", choices=MODES, help=argparse.SUPPRESS)
     p.add_argument("--phase", choices=("cold", "warm"), default="cold", help=argparse.SUPPRESS)
     p.add_argument("--cfg", help=argparse.SUPPRESS)

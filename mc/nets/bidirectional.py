@@ -1,8 +1,8 @@
 """A small non-causal (bidirectional) transformer block shared by GistNet and LensNet.
 
-Owns: ``Attention`` (multi-head attention through ``F.scaled_dot_product_attention`` with an
+Owns: ``BidirectionalAttention`` (multi-head attention through ``F.scaled_dot_product_attention`` with an
 optional boolean key mask, and an optional separate query input for learned-query pooling),
-``MLP``, ``Block`` (pre-norm residual block) and ``init_linear`` (the weight init both nets use).
+``BidirectionalMLP``, ``BidirectionalBlock`` (pre-norm residual block) and ``init_linear`` (the weight init both nets use).
 
 Everything here is compile-friendly (DESIGN.md section 4): no Python state is read or written in
 ``forward``, shapes come only from the inputs, and the key mask is a tensor (never a length).
@@ -22,7 +22,7 @@ def init_linear(layer: nn.Linear, std: float = 0.02) -> None:
         nn.init.zeros_(layer.bias)
 
 
-class Attention(nn.Module):
+class BidirectionalAttention(nn.Module):
     """Multi-head attention, non-causal; ``key_mask`` [B, Wk] bool (True = may be attended to).
 
     ``forward(x_q, x_kv=None, key_mask=None)``: x_q [B, Wq, d], x_kv [B, Wk, d] (defaults to
@@ -59,8 +59,8 @@ class Attention(nn.Module):
         return self.out(y_bqd)
 
 
-class MLP(nn.Module):
-    """Two-layer GELU MLP with a 4x hidden width."""
+class BidirectionalMLP(nn.Module):
+    """Two-layer GELU BidirectionalMLP with a 4x hidden width."""
 
     def __init__(self, d_model: int, d_out: int | None = None, hidden_mult: int = 4) -> None:
         super().__init__()
@@ -71,15 +71,15 @@ class MLP(nn.Module):
         return self.proj(F.gelu(self.fc(x)))
 
 
-class Block(nn.Module):
+class BidirectionalBlock(nn.Module):
     """Pre-norm residual block: x + attn(norm(x)), then + mlp(norm(x)). Non-causal."""
 
     def __init__(self, d_model: int, n_heads: int, n_layers_total: int = 1) -> None:
         super().__init__()
         self.norm_attn = nn.RMSNorm(d_model)
-        self.attn = Attention(d_model, n_heads)
+        self.attn = BidirectionalAttention(d_model, n_heads)
         self.norm_mlp = nn.RMSNorm(d_model)
-        self.mlp = MLP(d_model)
+        self.mlp = BidirectionalMLP(d_model)
         for layer in (self.attn.q, self.attn.kv, self.mlp.fc):
             init_linear(layer)
         # Residual-branch outputs are scaled down with depth (GPT-2 style) so that the residual

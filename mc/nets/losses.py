@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from mc.gpt import next_token_loss
+from mc.nets.gpt import next_token_loss
 
 
 def tail_loss_mask(lengths_r: Tensor, width: int, recent_tokens: int) -> Tensor:

@@ -114,7 +114,7 @@ class _Report:
 
 
 def _training(rep: _Report) -> None:
-    from mc.plots import plot_curves  # noqa: PLC0415
+    from mc.app.plots import plot_curves  # noqa: PLC0415
 
     rep.add("## Training curves", "")
     for stage, produced in (("stage1", "stage 1 (base pretraining)"), ("stage2", "stage 2 (GistNet + LensNet)")):
@@ -145,7 +145,7 @@ def _training(rep: _Report) -> None:
 
 
 def _evaluation(rep: _Report) -> None:
-    from mc.plots import plot_eval_bars, plot_lod_map  # noqa: PLC0415
+    from mc.app.plots import plot_eval_bars, plot_lod_map  # noqa: PLC0415
 
     rep.add("## Evaluation: same budget, four ways to read a long document", "")
     ev, err = read_json(rep.run_dir / "eval" / "eval.json")
@@ -269,7 +269,7 @@ def _compile(rep: _Report) -> None:
 
 
 def _bench(rep: _Report) -> None:
-    from mc.bench import to_markdown  # noqa: PLC0415
+    from mc.app.bench import to_markdown  # noqa: PLC0415
 
     rep.add("## Benchmarks", "")
     res, err = read_json(rep.run_dir / "bench" / "bench.json")
@@ -285,7 +285,7 @@ def _bench(rep: _Report) -> None:
 
 def write_report(cfg: RunConfig, run_dir: str | Path) -> Path:
     """Render ``run_dir/report.md`` (and ``run_dir/plots/*.png``); returns the report's path."""
-    from mc.plots import matplotlib_missing  # noqa: PLC0415
+    from mc.app.plots import matplotlib_missing  # noqa: PLC0415
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():

@@ -1,17 +1,17 @@
 """The base language model: a small decoder-only GPT, and the next-token loss.
 
 Owns: :class:`GPT` (token embedding, pre-norm blocks of RMSNorm + rotary self-attention
-(+ optional QK-norm) + MLP, final RMSNorm, untied LM head) and :func:`next_token_loss`.
+(+ optional QK-norm) + CausalMLP, final RMSNorm, untied LM head) and :func:`next_token_loss`.
 
 Two input paths (see ``GPT.forward``):
 
 * **token ids** ``[B, T]``: embed them and use plain rotary positions ``0..T-1`` (stage-1
   pretraining, and any plain LOD0 run);
 * **embeddings** ``[B, W, D]`` with caller-given ``cos, sin [B, W, hd/2]`` (from
-  :func:`mc.positional.lod_rotary_cos_sin`) and a ``key_padding_mask [B, W]`` (True = real entry):
+  :func:`mc.nets.positional.lod_rotary_cos_sin`) and a ``key_padding_mask [B, W]`` (True = real entry):
   the working-context path, where entries are token embeddings or GistNet gists.
 
-Attention is causal plus key padding. Every position may always attend to itself, so a padding
+CausalAttention is causal plus key padding. Every position may always attend to itself, so a padding
 query row is never fully masked (which would make softmax produce NaN); padding rows' outputs
 are garbage-but-finite and must be ignored by the caller (the loss mask does that).
 
@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mc.config import ModelConfig
-from mc.positional import apply_rotary, rotary_cos_sin
+from mc.nets.positional import apply_rotary, rotary_cos_sin
 
 __all__ = ["GPT", "next_token_loss", "RMSNorm"]
 
@@ -51,7 +51,7 @@ class RMSNorm(nn.Module):
         return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
 
 
-class Attention(nn.Module):
+class CausalAttention(nn.Module):
     """Multi-head self-attention with rotary positions, optional per-head QK RMSNorm, SDPA."""
 
     def __init__(self, cfg: ModelConfig):
@@ -78,7 +78,7 @@ class Attention(nn.Module):
         return self.proj(y.transpose(1, 2).reshape(b, w, d))
 
 
-class MLP(nn.Module):
+class CausalMLP(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.fc = nn.Linear(cfg.d_model, 4 * cfg.d_model, bias=False)
@@ -88,15 +88,15 @@ class MLP(nn.Module):
         return self.proj(F.gelu(self.fc(x)))
 
 
-class Block(nn.Module):
+class CausalBlock(nn.Module):
     """Pre-norm residual block: x + attn(norm(x)), then x + mlp(norm(x))."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.norm1 = RMSNorm(cfg.d_model)
-        self.attn = Attention(cfg)
+        self.attn = CausalAttention(cfg)
         self.norm2 = RMSNorm(cfg.d_model)
-        self.mlp = MLP(cfg)
+        self.mlp = CausalMLP(cfg)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attn_mask: Tensor | None) -> Tensor:
         x = x + self.attn(self.norm1(x), cos, sin, attn_mask)
@@ -121,7 +121,7 @@ class GPT(nn.Module):
         _validate_model_config(cfg)
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(CausalBlock(cfg) for _ in range(cfg.n_layers))
         self.norm_f = RMSNorm(cfg.d_model)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         # Plain rotary table for the token-ids path, positions 0..max_seq_len-1. Not persistent:

@@ -32,7 +32,7 @@ from mc.config_loading import WorkflowArgs, compile_hash, config_hash, load_conf
 STAGES = ("env", "data", "stage1", "stage2", "eval", "bench", "report")
 TRAINING = ("stage1", "stage2", "eval", "bench")  # a run of one of these makes every later stage's outputs stale
 COMPILED = ("stage2", "eval")  # stages that call the (possibly compiled) LensNet / GistNet
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HARNESS_SCRIPT = ROOT / "scripts" / "mc_compile_harness.py"
 EXIT_CONFIG, EXIT_GATE, EXIT_STAGE = 2, 3, 1
 
@@ -121,7 +121,7 @@ def _run_env(cfg: RunConfig, run_dir: Path) -> dict:
     import torch  # noqa: PLC0415
 
     from mc.build import resolve_device  # noqa: PLC0415
-    from mc.harness_checks import device_label  # noqa: PLC0415
+    from mc.harness.checks import device_label  # noqa: PLC0415
 
     device = resolve_device(cfg.train.device)
     try:
@@ -178,7 +178,7 @@ def _run_eval(cfg: RunConfig, run_dir: Path) -> dict:
 
 def _run_bench(cfg: RunConfig, run_dir: Path) -> dict:
     """Eager vs the ``bench.modes`` on this run's config, each mode in its own subprocess."""
-    from mc.bench import run_bench, to_markdown  # noqa: PLC0415
+    from mc.app.bench import run_bench, to_markdown  # noqa: PLC0415
 
     out = run_dir / "bench"
     if not cfg.bench.enabled:
@@ -192,7 +192,7 @@ def _run_bench(cfg: RunConfig, run_dir: Path) -> dict:
 
 
 def _run_report(cfg: RunConfig, run_dir: Path) -> dict:
-    from mc.report import write_report  # noqa: PLC0415
+    from mc.app.report import write_report  # noqa: PLC0415
 
     return {"report": str(write_report(cfg, run_dir))}
 
@@ -248,7 +248,7 @@ def _expected_identity(cfg: RunConfig) -> dict:
     import torch  # noqa: PLC0415
 
     from mc.build import resolve_device  # noqa: PLC0415
-    from mc.harness_checks import device_label  # noqa: PLC0415
+    from mc.harness.checks import device_label  # noqa: PLC0415
 
     return {"config_hash": compile_hash(cfg), "torch_version": torch.__version__,
             "device": device_label(resolve_device(cfg.train.device))}

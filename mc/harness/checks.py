@@ -1,4 +1,4 @@
-"""Measuring tools for the compile harness (``mc.harness``): each one turns an observation into numbers.
+"""Measuring tools for the compile harness (``mc.harness.run``): each one turns an observation into numbers.
 
 Kept apart from the harness's orchestration so each tool is small and testable on its own:
 
@@ -66,7 +66,7 @@ class RawSpy:
         self._saved: list[tuple[Any, Any]] = []
 
     def install(self) -> "RawSpy":
-        for net in (self.controller.lens_net, self.controller.gist_net):
+        for net in (self.controller.compiled_lensnet, self.controller.compiled_gistnet):
             orig = net.run
 
             def spy(*args: Any, _orig=orig, _name=net.name, **kwargs: Any) -> Any:
@@ -195,7 +195,7 @@ def _calls_after_warmup(h: Any) -> dict:
 def build_verdict(h: Any, warmed: bool, wall_s: float) -> dict:
     """Turn a finished ``mc.harness._Harness`` run into the verdict dict (see ``run_harness``)."""
     from mc.config_loading import compile_hash  # noqa: PLC0415
-    from mc.harness import GRAD_TOL, MEMORY_TOL_BYTES, N_REFOCUS, SCORE_TOL  # noqa: PLC0415
+    from mc.harness.run import GRAD_TOL, MEMORY_TOL_BYTES, N_REFOCUS, SCORE_TOL  # noqa: PLC0415
 
     mon = h.telemetry.monitor.snapshot() if h.telemetry is not None and h.telemetry.monitor.started else None
     warm = mon["warmup"] if mon else None

@@ -6,9 +6,9 @@ can stand in a working context wherever its K children would have been.
 
 Architecture (width ``cfg.d_model`` = d inside):
   in-projection D -> d, plus a learned position embedding over the K slots;
-  ``cfg.n_layers`` bidirectional blocks (``mc.blocks.Block``, no mask: a block is always full);
+  ``cfg.n_layers`` bidirectional blocks (``mc.nets.bidirectional.BidirectionalBlock``, no mask: a block is always full);
   pooling, by ``cfg.pooling``:
-    "mean_mlp": mean over the K slots, then a residual MLP;
+    "mean_mlp": mean over the K slots, then a residual BidirectionalMLP;
     "query":    one learned query attends over the K slots (multi-head);
   RMSNorm, out-projection d -> D, and a residual of the plain mean of the *inputs*.
 
@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from mc.blocks import MLP, Attention, Block, init_linear
+from mc.nets.bidirectional import BidirectionalMLP, BidirectionalAttention, BidirectionalBlock, init_linear
 from mc.config import GIST_POOLINGS, GistNetConfig
 
 
@@ -50,15 +50,15 @@ class GistNet(nn.Module):
         self.in_proj = nn.Linear(embed_dim, d)
         init_linear(self.in_proj)
         self.slot_embed = nn.Parameter(torch.randn(block_size, d) * 0.02)  # [K, d]
-        self.blocks = nn.ModuleList(Block(d, cfg.n_heads, cfg.n_layers) for _ in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(BidirectionalBlock(d, cfg.n_heads, cfg.n_layers) for _ in range(cfg.n_layers))
         self.pool_norm = nn.RMSNorm(d)
         if cfg.pooling == "mean_mlp":
-            self.pool_mlp = MLP(d)
+            self.pool_mlp = BidirectionalMLP(d)
             init_linear(self.pool_mlp.fc)
             init_linear(self.pool_mlp.proj)
         else:
             self.query = nn.Parameter(torch.randn(d) * 0.02)  # [d]: the one learned query
-            self.pool_attn = Attention(d, cfg.n_heads)
+            self.pool_attn = BidirectionalAttention(d, cfg.n_heads)
             for layer in (self.pool_attn.q, self.pool_attn.kv, self.pool_attn.out):
                 init_linear(layer)
         self.out_norm = nn.RMSNorm(d)

@@ -1,0 +1,1 @@
+"""The standalone compile harness: runs the probes, builds the verdict, and its CLI."""
