@@ -152,8 +152,8 @@ def test_raw_spy_sees_aliasing_but_not_a_clone():
     from mc.compile.boundary import CompiledNet
 
     class Ctl:
-        lens_net = CompiledNet(torch.nn.Linear(3, 3), "lensnet", NetCompileConfig())
-        gist_net = CompiledNet(torch.nn.Linear(3, 3), "gistnet", NetCompileConfig())
+        compiled_lensnet = CompiledNet(torch.nn.Linear(3, 3), "lensnet", NetCompileConfig())
+        compiled_gistnet = CompiledNet(torch.nn.Linear(3, 3), "gistnet", NetCompileConfig())
 
     ctl = Ctl()
     spy = RawSpy(ctl).install()
