@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from _tiny_config import TINY  # shared (tests/_tiny_config.py)
-from mc import workflow
+from mc.app import workflow
 from mc.config_loading import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
