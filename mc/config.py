@@ -13,6 +13,7 @@ from typing import Any
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cudagraphs")
 FREEZE_MODES = ("fail", "warn", "off")
 DATA_SOURCES = ("stdlib", "files", "recall")
+ALLOCATOR_POLICIES = ("relative", "absolute")
 DEVICES = ("auto", "cpu", "cuda")
 GIST_POOLINGS = ("mean_mlp", "query")
 BENCH_CASES = ("lensnet", "train", "tree")
@@ -80,8 +81,11 @@ class MCConfig:
 class AllocatorInferenceConfig:
     """How often and how hard the allocator refocuses during an inference session."""
 
-    iterations: int = 2  # allocator iterations (LensNet calls) per refocus
+    iterations: int = 2  # allocator iterations (LensNet calls) per refocus, at most; a refocus stops early
+    #                      once an iteration chooses no edit or the edit budget is spent. Reaching a token under an
+    #                      LOD-L gist takes L expansions, one per iteration: give it >= max_lod iterations.
     max_edits: int = 4  # edits applied per iteration at most
+    edit_budget: int = 0  # edits per refocus at most, over all its iterations (0 = iterations * max_edits)
     refocus_interval: int = 32  # tokens appended between refocuses
 
 
@@ -89,8 +93,15 @@ class AllocatorInferenceConfig:
 class AllocatorConfig:
     """Focus allocator: scores -> legal expand/collapse edits."""
 
-    expand_threshold: float = 0.2  # expand an entry whose score >= this
-    collapse_threshold: float = 0.2  # collapse K siblings whose mean score <= -this
+    # "relative" (default): decisions on scores standardised within the working context (z = (s - median) / std),
+    # so they do not depend on the absolute scale a training run happened to give LensNet's scores; room for an
+    # expansion comes from the free budget, else from a trade with the lowest-scored sibling group.
+    # "absolute": the fixed thresholds below on raw tanh scores (the first design; kept for comparison).
+    policy: str = "relative"
+    expand_z: float = 1.0  # relative: expand a gist whose z-score is >= this
+    trade_margin_z: float = 1.0  # relative: a trade needs z(expanded) - mean z(collapsed group) >= this
+    expand_threshold: float = 0.2  # absolute: expand an entry whose score >= this
+    collapse_threshold: float = 0.2  # absolute: collapse K siblings whose mean score <= -this (also the trade margin)
     cooldown: int = 2  # refocuses during which a changed entry is not flipped back
     inference: AllocatorInferenceConfig = field(default_factory=AllocatorInferenceConfig)
 
@@ -271,10 +282,18 @@ def validate(cfg: RunConfig) -> RunConfig:
         v = getattr(al, k)
         if not isinstance(v, (int, float)) or not 0.0 <= v < 1.0:
             _fail(f"allocator.{k}", v, "expected a number in [0, 1) (scores are tanh outputs)")
+    _choice("allocator.policy", al.policy, ALLOCATOR_POLICIES)
+    for k in ("expand_z", "trade_margin_z"):
+        v = getattr(al, k)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v < 100.0:
+            _fail(f"allocator.{k}", v, "expected a number in [0, 100) (a z-score: standard deviations of the scores)")
     if not isinstance(al.cooldown, int) or al.cooldown < 0:
         _fail("allocator.cooldown", al.cooldown, "expected an integer >= 0")
     for k in ("iterations", "max_edits", "refocus_interval"):
         _positive(f"allocator.inference.{k}", getattr(al.inference, k))
+    if isinstance(al.inference.edit_budget, bool) or not isinstance(al.inference.edit_budget, int) \
+            or al.inference.edit_budget < 0:
+        _fail("allocator.inference.edit_budget", al.inference.edit_budget, "expected an integer >= 0 (0 = iterations * max_edits)")
 
     c = cfg.compile
     for net in ("lensnet", "gistnet"):
