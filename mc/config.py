@@ -14,6 +14,8 @@ COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cudagraph
 FREEZE_MODES = ("fail", "warn", "off")
 DATA_SOURCES = ("stdlib", "files", "recall")
 ALLOCATOR_POLICIES = ("relative", "absolute")
+LONG_TASKS = ("passkey", "multi_needle")  # mc.data.long_tasks
+LONG_RANGE_VARIANTS = ("recency", "compressed", "focused", "random", "oracle")
 DEVICES = ("auto", "cpu", "cuda")
 GIST_POOLINGS = ("mean_mlp", "query")
 BENCH_CASES = ("lensnet", "train", "tree")
@@ -174,10 +176,23 @@ class TrainConfig:
 
 
 @dataclass
+class LongRangeConfig:
+    """The long-range sweep (obsidian Evaluation): passkey / multi-needle documents far past the base's window."""
+
+    multiples: list[int] = field(default_factory=list)  # history lengths as multiples of model.max_seq_len ([] = off)
+    depths: list[float] = field(default_factory=lambda: [0.1, 0.5, 0.9])  # needle depth buckets: early, middle, late
+    n_per_cell: int = 8  # documents per (task, length, depth) cell
+    tasks: list[str] = field(default_factory=lambda: ["passkey", "multi_needle"])  # of mc.data.long_tasks.LONG_TASKS
+    n_needles: int = 4  # records in a multi_needle document (one queried, the rest distractors)
+    variants: list[str] = field(default_factory=lambda: ["recency", "compressed", "focused", "random", "oracle"])
+
+
+@dataclass
 class EvalConfig:
     n_docs: int = 16  # held-out documents per evaluation source
     doc_tokens: int = 2048  # length of each held-out document
     tail_tokens: int = 64  # next-token loss is measured over this document tail
+    long_range: LongRangeConfig = field(default_factory=LongRangeConfig)  # the sweep past the window (off by default)
 
 
 @dataclass
@@ -338,6 +353,19 @@ def validate(cfg: RunConfig) -> RunConfig:
         _positive(f"eval.{k}", getattr(e, k))
     if e.tail_tokens > mc.recent_tokens:
         _fail("eval.tail_tokens", e.tail_tokens, f"must be <= mc.recent_tokens ({mc.recent_tokens}) so the tail is LOD0")
+    lr = e.long_range
+    if any(isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in lr.multiples):
+        _fail("eval.long_range.multiples", list(lr.multiples), "expected positive integers (multiples of model.max_seq_len)")
+    if any(not isinstance(d, (int, float)) or not 0.0 <= d <= 1.0 for d in lr.depths) or not lr.depths:
+        _fail("eval.long_range.depths", list(lr.depths), "expected a non-empty list of fractions in [0, 1]")
+    _positive("eval.long_range.n_per_cell", lr.n_per_cell)
+    _positive("eval.long_range.n_needles", lr.n_needles)
+    for t in lr.tasks:
+        _choice("eval.long_range.tasks", t, LONG_TASKS)
+    for v in lr.variants:
+        _choice("eval.long_range.variants", v, LONG_RANGE_VARIANTS)
+    if "random" in lr.variants and "focused" not in lr.variants:
+        _fail("eval.long_range.variants", list(lr.variants), "'random' makes as many edits as 'focused' did: list both")
     return cfg
 
 

@@ -169,3 +169,25 @@ def test_random_and_oracle_focus_policies(tmp_path):
     assert span_scores(s.wc, *span).sum() == span[1] - span[0]  # one LOD0 entry per needle token
     with pytest.raises(ValueError, match="span"):
         oracle_refocus(ctrl, (5, 5))
+
+
+def test_long_range_sweep_section(tmp_path):
+    """eval.json gets `long_range` with base_window, one cell per task x length x depth x variant, and
+    per-document rows; the random control never makes more edits than LensNet did."""
+    cfg = tiny_cfg(n_docs=1)
+    lr = cfg.eval.long_range
+    lr.multiples, lr.depths, lr.n_per_cell, lr.n_needles = [1, 2], [0.1, 0.9], 1, 3
+    out = run_evaluation(validate(cfg), fake_run(tmp_path, cfg), progress=False, max_files=150)
+    sec = json.loads((tmp_path / "eval" / "eval.json").read_text())["long_range"]
+    assert sec["base_window"] == cfg.model.max_seq_len and sec["lengths"] == [128, 256]
+    assert sec["variants"] == ["recency", "compressed", "focused", "random", "oracle"]
+    assert len(sec["cells"]) == 2 * 2 * 2 * 5
+    for c in sec["cells"]:
+        assert {"task", "length", "depth", "variant", "accuracy", "n"} <= set(c) and c["n"] == 1
+        assert c["task"] in ("passkey", "multi_needle") and 0.0 <= c["accuracy"] <= 1.0
+    assert len(sec["rows"]) == 8
+    for r in sec["rows"]:
+        assert r["edits"]["random"] <= r["edits"]["focused"]
+        if r["depth"] < 0.5:  # an early needle sits inside a gist of the compressed layout
+            assert r["edits"]["oracle"] >= 1, r
+    assert out["long_range"]["cells"] == sec["cells"]

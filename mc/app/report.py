@@ -159,6 +159,37 @@ def _edits_per_refocus(per_doc: list[dict]) -> dict[str, dict[str, float]]:
     return out
 
 
+def _long_range(rep: _Report, lr: dict) -> None:
+    """The long-range sweep: a table per task (variant x length, averaged over depths) and heatmaps."""
+    from mc.app.plots import plot_long_range_heatmaps  # noqa: PLC0415
+
+    if not lr.get("cells"):
+        return
+    rep.add("### Long-range sweep", "",
+            f"Base window {lr['base_window']} tokens, budget {lr['budget']} entries; compression (history / entries): "
+            + ", ".join(f"{n}: {c}x" for n, c in lr.get("compression", {}).items()) + ". Exact recall per cell "
+            "(documents per cell in brackets); edits/refocus beside the focused and random numbers.", "")
+    for task in lr["tasks"]:
+        rep.add(f"**{task}** (mean over depths {', '.join(f'{d:.0%}' for d in lr['depths'])})", "")
+        rep.add("| variant | " + " | ".join(f"{n // lr['base_window']}x" for n in lr["lengths"]) + " |",
+                "|---" * (len(lr["lengths"]) + 1) + "|")
+        for v in lr["variants"]:
+            cells = []
+            for n in lr["lengths"]:
+                sel = [c for c in lr["cells"] if (c["task"], c["variant"], c["length"]) == (task, v, n)]
+                acc = sum(c["accuracy"] * c["n"] for c in sel) / max(1, sum(c["n"] for c in sel))
+                cell = f"{acc:.0%} ({sum(c['n'] for c in sel)})"
+                ed = [c["edits_per_refocus"] for c in sel if c.get("edits_per_refocus") is not None]
+                if v in ("focused", "random") and ed:
+                    cell += f", {sum(ed) / len(ed):.1f} edits"
+                cells.append(cell)
+            rep.add(f"| {v} | " + " | ".join(cells) + " |")
+        rep.add("")
+        rep.plot(plot_long_range_heatmaps, lr, task, rep.plot_dir / f"long_range_{task}.png",
+                 alt=f"long-range {task} heatmaps")
+    rep.add("")
+
+
 def _evaluation(rep: _Report) -> None:
     from mc.app.plots import plot_eval_bars, plot_lod_map  # noqa: PLC0415
 
@@ -228,6 +259,7 @@ def _evaluation(rep: _Report) -> None:
             p = d["predicted"]
             rep.add(f"| {d.get('doc')} | `{p.get('answer')}` | " + " | ".join(f"`{p.get(v, '')}`" for v in VARIANT_ORDER) + " |")
         rep.add("")
+    _long_range(rep, ev.get("long_range") or {})
     maps = ev.get("lod_maps", [])
     rep.add("### LOD maps before and after refocus", "")
     if not maps:

@@ -47,6 +47,7 @@ from mc.config import RunConfig, to_dict
 from mc.controller import MCController
 from mc.eval.baselines import lod0_answer, lod0_tail_loss
 from mc.eval.focus_policies import oracle_refocus, random_refocus
+from mc.eval.long_range import run_long_range
 from mc.eval.stats import mean_ci, paired_diff_ci, proportion_ci
 
 VARIANTS = ("full", "recency", "compressed", "focused", "random")
@@ -354,6 +355,8 @@ def run_evaluation(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True
         if compiled:
             ctrl.warmup()
         result = evaluate_docs(ctrl, ecfg, docs, progress=progress)
+        if ecfg.eval.long_range.multiples:
+            result["long_range"] = run_long_range(ctrl, ecfg, progress=progress)
     finally:
         if compiled:
             unfreeze(ctrl.telemetry.monitor)
