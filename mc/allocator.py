@@ -6,15 +6,18 @@ Python-side structures anyway.
 
 Two policies (``allocator.policy``; see obsidian "Focus Allocator" for the argument):
 
-**relative** (the default). Scores are standardised within the working context,
-``z = (s - median(s)) / std(s)``, so a decision does not depend on the absolute scale LensNet's
-scores happen to have after a training run (a fixed threshold on raw scores made focus a knife
-edge: the same recipe moved detail on one CPU and chose no edit on another). Only expansions are
-wanted: a gist is a candidate when ``z >= expand_z``; candidates are taken strongest first; room
-comes from the free budget, else from a *trade* with the lowest-z legal sibling group whose mean z
-is at least ``trade_margin_z`` below the candidate's. Nothing is collapsed for its own sake:
-"less useful than the rest" is not "useless", and room is only worth making for an expansion.
-Constant scores give z = 0 everywhere and no edit.
+**relative** (the default). Decisions use rankings, not the absolute scale LensNet's scores
+happen to have after a training run (a fixed threshold on raw scores made focus a knife edge: the
+same recipe moved detail on one CPU and chose no edit on another). Each kind of candidate is
+standardised against its own kind, ``z = (x - median(x)) / std(x)``: gists (expansion
+candidates) against the working context's gists, sibling groups (what a trade would collapse, by
+their mean score) against the legal groups. Comparing the two kinds on one raw axis would let a
+per-kind prior decide (LOD0 entries near the query score higher on average than any gist). Only
+expansions are wanted: a gist is a candidate when ``z_gist >= expand_z``; candidates are taken
+strongest first; room comes from the free budget, else from a *trade* with the cheapest group when
+``z_gist - z_group >= trade_margin_z``. Nothing is collapsed for its own sake: "less useful than
+the rest" is not "useless", and room is only worth making for an expansion. Scores that do not
+rank the gists (constant) give z = 0 and no edit.
 
 **absolute** (the first design, kept for comparison):
 
@@ -148,23 +151,31 @@ class FocusAllocator:
             raise ValueError(f"max_edits must be an integer >= 0, got {max_edits!r}")
         s = _scores_list(wc, scores)
         if self.cfg.policy == "relative":
-            return self._select_relative(wc, standardize(s), max_edits)
+            return self._select_relative(wc, s, max_edits)
         return self._select_absolute(wc, s, max_edits)
 
-    def _legal_groups(self, wc: WorkingContext, z: list[float]) -> list[tuple[float, int]]:
+    def _legal_groups(self, wc: WorkingContext, s: list[float]) -> list[tuple[float, int]]:
         """Every sibling group that may be collapsed now: ``(mean score, first index)``, cheapest first."""
         K = wc.block_size
-        groups = [(sum(z[i: i + K]) / K, i) for i in range(len(wc))
+        groups = [(sum(s[i: i + K]) / K, i) for i in range(len(wc))
                   if wc.check_collapse(i) is None and not self.collapse_blocked(wc, i)]
         return sorted(groups)
 
-    def _select_relative(self, wc: WorkingContext, z: list[float], max_edits: int) -> list[Edit]:
-        """The relative policy on z-scores (see the module docstring): expansions strongest first,
-        paid for by free room, else by trading the cheapest group at least ``trade_margin_z`` below."""
+    def relative_view(self, wc: WorkingContext, s: list[float]) -> tuple[dict[int, float], list[tuple[float, int]]]:
+        """What the relative policy decides on: ``{gist index: z among gists}`` and the legal sibling
+        groups as ``(z of their mean among the groups, first index)``, cheapest first."""
+        gist_idx = [i for i, (lod, _) in enumerate(wc.entries) if lod > 0]
+        z_gist = dict(zip(gist_idx, standardize([s[i] for i in gist_idx])))
+        raw_groups = self._legal_groups(wc, s)
+        return z_gist, sorted(zip(standardize([m for m, _ in raw_groups]), (g for _, g in raw_groups)))
+
+    def _select_relative(self, wc: WorkingContext, s: list[float], max_edits: int) -> list[Edit]:
+        """The relative policy (see the module docstring): gists ranked against gists, sibling groups
+        against groups; expansions strongest first, paid for by free room, else by trading the
+        cheapest group when ``z_gist - z_group >= trade_margin_z``."""
         K, cfg = wc.block_size, self.cfg
-        cands = sorted((-z[i], i) for i, (lod, _) in enumerate(wc.entries)
-                       if lod > 0 and z[i] >= cfg.expand_z and not self.expand_blocked(wc[i]))
-        groups = self._legal_groups(wc, z)
+        z_gist, groups = self.relative_view(wc, s)
+        cands = sorted((-z, i) for i, z in z_gist.items() if z >= cfg.expand_z and not self.expand_blocked(wc[i]))
         free = wc.max_entries - len(wc)
         used: set[int] = set()
         collapses: list[Edit] = []
@@ -180,10 +191,10 @@ class FocusAllocator:
             else:
                 if n_edits + 2 > max_edits:
                     break
-                g = next((g for mean, g in groups if mean <= -neg_z - cfg.trade_margin_z
+                g = next((g for z, g in groups if z <= -neg_z - cfg.trade_margin_z
                           and not (set(range(g, g + K)) & used) and not g <= i < g + K), None)
                 if g is None:
-                    continue  # no group cheap enough for this candidate; a weaker one may still fit free room
+                    continue  # no group cheap enough for this candidate; a weaker one may find one it does not overlap
                 used |= set(range(g, g + K))
                 collapses.append(Edit("collapse", wc[g], g))
             used.add(i)

@@ -52,12 +52,13 @@ def random_wc(draw):
     return wc
 
 
-def check_selection(wc, edits, scores, cfg, max_edits, shadow):
+def check_selection(wc, edits, scores, cfg, max_edits, shadow, alloc):
     """Legality, budget, cooldown and the policy's own rule for every chosen edit."""
     K = wc.block_size
     relative = cfg.policy == "relative"
-    if relative:  # the relative policy decides on z-scores: check its rule on them
-        scores = standardize(list(scores))
+    if relative:  # the relative policy decides on per-kind z-scores: check its rule on them
+        z_gist, z_groups = alloc.relative_view(wc, list(scores))
+        z_group = {g: z for z, g in z_groups}
     exp_t = cfg.expand_z if relative else cfg.expand_threshold
     margin = cfg.trade_margin_z if relative else cfg.collapse_threshold
     assert len(edits) <= max_edits
@@ -68,7 +69,7 @@ def check_selection(wc, edits, scores, cfg, max_edits, shadow):
         assert wc[e.index] == e.entry
         if e.kind == "expand":
             lod, _ = e.entry
-            assert lod > 0 and scores[e.index] >= exp_t - 1e-9
+            assert lod > 0 and (z_gist[e.index] if relative else scores[e.index]) >= exp_t - 1e-9
             assert not shadow.blocks_expand(e.entry), "expand undoes a cooling collapse"
             span = {e.index}
         else:
@@ -76,10 +77,11 @@ def check_selection(wc, edits, scores, cfg, max_edits, shadow):
             group = range(e.index, e.index + K)
             mean = sum(scores[j] for j in group) / K
             # Either the group asks to collapse, or it is a trade for an expansion it is cheaper than.
-            best_expand = max((scores[x.index] for x in edits if x.kind == "expand"), default=-math.inf)
             if relative:  # nothing is collapsed for its own sake: only to pay for an expansion
-                assert mean <= best_expand - margin + 1e-9
+                best_expand = max((z_gist[x.index] for x in edits if x.kind == "expand"), default=-math.inf)
+                assert z_group[e.index] <= best_expand - margin + 1e-9
             else:
+                best_expand = max((scores[x.index] for x in edits if x.kind == "expand"), default=-math.inf)
                 assert mean <= -margin or mean <= best_expand - margin + 1e-9
             assert not shadow.blocks_collapse([wc[j] for j in group]), "collapse undoes a cooling expand"
             span = set(group)
@@ -106,10 +108,13 @@ def test_any_scores_give_only_legal_edits(wc, exp_t, col_t, cooldown, max_edits,
             raw = raw.sign()  # extreme scores: everything wants an edit
         scores = raw if as_tensor else raw.tolist()
         edits = alloc.select(wc, scores, max_edits=max_edits)
-        check_selection(wc, edits, raw[: len(wc)].tolist(), cfg, max_edits, shadow)
+        check_selection(wc, edits, raw[: len(wc)].tolist(), cfg, max_edits, shadow, alloc)
         # Maximality: a qualifying expansion that fits the free budget is never ignored entirely.
         free = wc.max_entries - len(wc)
-        vals = standardize(raw[: len(wc)].tolist()) if policy == "relative" else raw[: len(wc)].tolist()
+        if policy == "relative":
+            vals = alloc.relative_view(wc, raw[: len(wc)].tolist())[0]
+        else:
+            vals = dict(enumerate(raw[: len(wc)].tolist()))
         want = [i for i, (lod, _) in enumerate(wc.entries)
                 if lod > 0 and vals[i] >= (cfg.expand_z if policy == "relative" else exp_t)
                 and not shadow.blocks_expand(wc[i])]
