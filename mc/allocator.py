@@ -4,7 +4,22 @@ Owns edit selection (pure), edit application, hysteresis (cooldown) state and ma
 appends. Pure Python over entries: a WC has a few hundred entries, and the edits it chooses feed
 Python-side structures anyway.
 
-Rules (DESIGN.md section 2, issue 3 item 3):
+Two policies (``allocator.policy``; see obsidian "Focus Allocator" for the argument):
+
+**relative** (the default). Decisions use rankings, not the absolute scale LensNet's scores
+happen to have after a training run (a fixed threshold on raw scores made focus a knife edge: the
+same recipe moved detail on one CPU and chose no edit on another). Each kind of candidate is
+standardised against its own kind, ``z = (x - median(x)) / std(x)``: gists (expansion
+candidates) against the working context's gists, sibling groups (what a trade would collapse, by
+their mean score) against the legal groups. Comparing the two kinds on one raw axis would let a
+per-kind prior decide (LOD0 entries near the query score higher on average than any gist). Only
+expansions are wanted: a gist is a candidate when ``z_gist >= expand_z``; candidates are taken
+strongest first; room comes from the free budget, else from a *trade* with the cheapest group when
+``z_gist - z_group >= trade_margin_z``. Nothing is collapsed for its own sake: "less useful than
+the rest" is not "useless", and room is only worth making for an expansion. Scores that do not
+rank the gists (constant) give z = 0 and no edit.
+
+**absolute** (the first design, kept for comparison):
 
 - expand entry i when ``score[i] >= expand_threshold`` and its LOD > 0;
 - collapse the K aligned siblings starting at i when ``mean(score[i:i+K]) <= -collapse_threshold``;
@@ -18,6 +33,8 @@ Rules (DESIGN.md section 2, issue 3 item 3):
   start from a filled layout), so without trades focus could never move detail; the margin keeps
   trades from churning between near-equal scores. The expansion itself still needs
   ``score >= expand_threshold``;
+Both policies:
+
 - hysteresis: an edit is not undone within ``cooldown`` refocuses. After an expand the K children are
   marked, and a collapse of a group holding a marked child is refused; after a collapse the parent is
   marked, and its expansion is refused. Marks are keyed by node identity ``(lod, index)``, so they
@@ -33,7 +50,7 @@ from typing import Sequence
 
 from torch import Tensor
 
-from mc.config import AllocatorConfig
+from mc.config import ALLOCATOR_POLICIES, AllocatorConfig
 from mc.working_context import WorkingContext
 
 Entry = tuple[int, int]
@@ -65,6 +82,25 @@ def _scores_list(wc: WorkingContext, scores: Tensor | Sequence[float] | None) ->
     return vals
 
 
+def standardize(vals: list[float]) -> list[float]:
+    """z-scores ``(v - median) / std`` of one working context's scores (all 0 when the scores are constant).
+
+    The median, not the mean, centres them: one strongly wanted entry should not pull the centre
+    towards itself. The (population) std sets the unit, so the result is invariant to any positive
+    affine change of the scores (``a * s + b``, ``a > 0``).
+    """
+    n = len(vals)
+    if n == 0:
+        return []
+    ordered = sorted(vals)
+    median = ordered[n // 2] if n % 2 else 0.5 * (ordered[n // 2 - 1] + ordered[n // 2])
+    mean = sum(vals) / n
+    std = math.sqrt(sum((v - mean) ** 2 for v in vals) / n)
+    if std <= 1e-6 * max(1.0, abs(mean)):  # constant scores (up to float noise): no preference at all
+        return [0.0] * n
+    return [(v - median) / std for v in vals]
+
+
 class FocusAllocator:
     """Chooses and applies legal edits from scores, with cooldown state (see module docstring)."""
 
@@ -74,6 +110,8 @@ class FocusAllocator:
                              f"collapse={cfg.collapse_threshold}")
         if not isinstance(cfg.cooldown, int) or cfg.cooldown < 0:
             raise ValueError(f"allocator cooldown must be an integer >= 0, got {cfg.cooldown!r}")
+        if cfg.policy not in ALLOCATOR_POLICIES:
+            raise ValueError(f"allocator policy must be one of {ALLOCATOR_POLICIES}, got {cfg.policy!r}")
         self.cfg = cfg
         self.clock = 0  # refocuses completed
         self._expanded_into: dict[Entry, int] = {}  # child node -> clock of the expand that made it
@@ -112,6 +150,59 @@ class FocusAllocator:
         if not isinstance(max_edits, int) or max_edits < 0:
             raise ValueError(f"max_edits must be an integer >= 0, got {max_edits!r}")
         s = _scores_list(wc, scores)
+        if self.cfg.policy == "relative":
+            return self._select_relative(wc, s, max_edits)
+        return self._select_absolute(wc, s, max_edits)
+
+    def _legal_groups(self, wc: WorkingContext, s: list[float]) -> list[tuple[float, int]]:
+        """Every sibling group that may be collapsed now: ``(mean score, first index)``, cheapest first."""
+        K = wc.block_size
+        groups = [(sum(s[i: i + K]) / K, i) for i in range(len(wc))
+                  if wc.check_collapse(i) is None and not self.collapse_blocked(wc, i)]
+        return sorted(groups)
+
+    def relative_view(self, wc: WorkingContext, s: list[float]) -> tuple[dict[int, float], list[tuple[float, int]]]:
+        """What the relative policy decides on: ``{gist index: z among gists}`` and the legal sibling
+        groups as ``(z of their mean among the groups, first index)``, cheapest first."""
+        gist_idx = [i for i, (lod, _) in enumerate(wc.entries) if lod > 0]
+        z_gist = dict(zip(gist_idx, standardize([s[i] for i in gist_idx])))
+        raw_groups = self._legal_groups(wc, s)
+        return z_gist, sorted(zip(standardize([m for m, _ in raw_groups]), (g for _, g in raw_groups)))
+
+    def _select_relative(self, wc: WorkingContext, s: list[float], max_edits: int) -> list[Edit]:
+        """The relative policy (see the module docstring): gists ranked against gists, sibling groups
+        against groups; expansions strongest first, paid for by free room, else by trading the
+        cheapest group when ``z_gist - z_group >= trade_margin_z``."""
+        K, cfg = wc.block_size, self.cfg
+        z_gist, groups = self.relative_view(wc, s)
+        cands = sorted((-z, i) for i, z in z_gist.items() if z >= cfg.expand_z and not self.expand_blocked(wc[i]))
+        free = wc.max_entries - len(wc)
+        used: set[int] = set()
+        collapses: list[Edit] = []
+        expands: list[Edit] = []
+        for neg_z, i in cands:
+            n_edits = len(collapses) + len(expands)
+            if n_edits >= max_edits:
+                break
+            if i in used:
+                continue
+            if free >= K - 1:
+                free -= K - 1
+            else:
+                if n_edits + 2 > max_edits:
+                    break
+                g = next((g for z, g in groups if z <= -neg_z - cfg.trade_margin_z
+                          and not (set(range(g, g + K)) & used) and not g <= i < g + K), None)
+                if g is None:
+                    continue  # no group cheap enough for this candidate; a weaker one may find one it does not overlap
+                used |= set(range(g, g + K))
+                collapses.append(Edit("collapse", wc[g], g))
+            used.add(i)
+            expands.append(Edit("expand", wc[i], i))
+        return collapses + expands
+
+    def _select_absolute(self, wc: WorkingContext, s: list[float], max_edits: int) -> list[Edit]:
+        """The absolute-threshold policy (see the module docstring)."""
         K = wc.block_size
         cfg = self.cfg
         cands: list[tuple[float, int, str, int]] = []  # (strength, tie-break, kind, index)

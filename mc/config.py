@@ -13,6 +13,9 @@ from typing import Any
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cudagraphs")
 FREEZE_MODES = ("fail", "warn", "off")
 DATA_SOURCES = ("stdlib", "files", "recall")
+ALLOCATOR_POLICIES = ("relative", "absolute")
+LONG_TASKS = ("passkey", "multi_needle")  # mc.data.long_tasks
+LONG_RANGE_VARIANTS = ("recency", "compressed", "focused", "random", "oracle")
 DEVICES = ("auto", "cpu", "cuda")
 GIST_POOLINGS = ("mean_mlp", "query")
 BENCH_CASES = ("lensnet", "train", "tree")
@@ -80,8 +83,11 @@ class MCConfig:
 class AllocatorInferenceConfig:
     """How often and how hard the allocator refocuses during an inference session."""
 
-    iterations: int = 2  # allocator iterations (LensNet calls) per refocus
+    iterations: int = 2  # allocator iterations (LensNet calls) per refocus, at most; a refocus stops early
+    #                      once an iteration chooses no edit or the edit budget is spent. Reaching a token under an
+    #                      LOD-L gist takes L expansions, one per iteration: give it >= max_lod iterations.
     max_edits: int = 4  # edits applied per iteration at most
+    edit_budget: int = 0  # edits per refocus at most, over all its iterations (0 = iterations * max_edits)
     refocus_interval: int = 32  # tokens appended between refocuses
 
 
@@ -89,8 +95,15 @@ class AllocatorInferenceConfig:
 class AllocatorConfig:
     """Focus allocator: scores -> legal expand/collapse edits."""
 
-    expand_threshold: float = 0.2  # expand an entry whose score >= this
-    collapse_threshold: float = 0.2  # collapse K siblings whose mean score <= -this
+    # "relative" (default): decisions on scores standardised within the working context (z = (s - median) / std),
+    # so they do not depend on the absolute scale a training run happened to give LensNet's scores; room for an
+    # expansion comes from the free budget, else from a trade with the lowest-scored sibling group.
+    # "absolute": the fixed thresholds below on raw tanh scores (the first design; kept for comparison).
+    policy: str = "relative"
+    expand_z: float = 1.0  # relative: expand a gist whose z-score is >= this
+    trade_margin_z: float = 1.0  # relative: a trade needs z(expanded) - mean z(collapsed group) >= this
+    expand_threshold: float = 0.2  # absolute: expand an entry whose score >= this
+    collapse_threshold: float = 0.2  # absolute: collapse K siblings whose mean score <= -this (also the trade margin)
     cooldown: int = 2  # refocuses during which a changed entry is not flipped back
     inference: AllocatorInferenceConfig = field(default_factory=AllocatorInferenceConfig)
 
@@ -163,10 +176,23 @@ class TrainConfig:
 
 
 @dataclass
+class LongRangeConfig:
+    """The long-range sweep (obsidian Evaluation): passkey / multi-needle documents far past the base's window."""
+
+    multiples: list[int] = field(default_factory=list)  # history lengths as multiples of model.max_seq_len ([] = off)
+    depths: list[float] = field(default_factory=lambda: [0.1, 0.5, 0.9])  # needle depth buckets: early, middle, late
+    n_per_cell: int = 8  # documents per (task, length, depth) cell
+    tasks: list[str] = field(default_factory=lambda: ["passkey", "multi_needle"])  # of mc.data.long_tasks.LONG_TASKS
+    n_needles: int = 4  # records in a multi_needle document (one queried, the rest distractors)
+    variants: list[str] = field(default_factory=lambda: ["recency", "compressed", "focused", "random", "oracle"])
+
+
+@dataclass
 class EvalConfig:
     n_docs: int = 16  # held-out documents per evaluation source
     doc_tokens: int = 2048  # length of each held-out document
     tail_tokens: int = 64  # next-token loss is measured over this document tail
+    long_range: LongRangeConfig = field(default_factory=LongRangeConfig)  # the sweep past the window (off by default)
 
 
 @dataclass
@@ -271,10 +297,18 @@ def validate(cfg: RunConfig) -> RunConfig:
         v = getattr(al, k)
         if not isinstance(v, (int, float)) or not 0.0 <= v < 1.0:
             _fail(f"allocator.{k}", v, "expected a number in [0, 1) (scores are tanh outputs)")
+    _choice("allocator.policy", al.policy, ALLOCATOR_POLICIES)
+    for k in ("expand_z", "trade_margin_z"):
+        v = getattr(al, k)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v < 100.0:
+            _fail(f"allocator.{k}", v, "expected a number in [0, 100) (a z-score: standard deviations of the scores)")
     if not isinstance(al.cooldown, int) or al.cooldown < 0:
         _fail("allocator.cooldown", al.cooldown, "expected an integer >= 0")
     for k in ("iterations", "max_edits", "refocus_interval"):
         _positive(f"allocator.inference.{k}", getattr(al.inference, k))
+    if isinstance(al.inference.edit_budget, bool) or not isinstance(al.inference.edit_budget, int) \
+            or al.inference.edit_budget < 0:
+        _fail("allocator.inference.edit_budget", al.inference.edit_budget, "expected an integer >= 0 (0 = iterations * max_edits)")
 
     c = cfg.compile
     for net in ("lensnet", "gistnet"):
@@ -319,6 +353,19 @@ def validate(cfg: RunConfig) -> RunConfig:
         _positive(f"eval.{k}", getattr(e, k))
     if e.tail_tokens > mc.recent_tokens:
         _fail("eval.tail_tokens", e.tail_tokens, f"must be <= mc.recent_tokens ({mc.recent_tokens}) so the tail is LOD0")
+    lr = e.long_range
+    if any(isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in lr.multiples):
+        _fail("eval.long_range.multiples", list(lr.multiples), "expected positive integers (multiples of model.max_seq_len)")
+    if any(not isinstance(d, (int, float)) or not 0.0 <= d <= 1.0 for d in lr.depths) or not lr.depths:
+        _fail("eval.long_range.depths", list(lr.depths), "expected a non-empty list of fractions in [0, 1]")
+    _positive("eval.long_range.n_per_cell", lr.n_per_cell)
+    _positive("eval.long_range.n_needles", lr.n_needles)
+    for t in lr.tasks:
+        _choice("eval.long_range.tasks", t, LONG_TASKS)
+    for v in lr.variants:
+        _choice("eval.long_range.variants", v, LONG_RANGE_VARIANTS)
+    if "random" in lr.variants and "focused" not in lr.variants:
+        _fail("eval.long_range.variants", list(lr.variants), "'random' makes as many edits as 'focused' did: list both")
     return cfg
 
 

@@ -228,14 +228,17 @@ class MCController:
 
     @torch.no_grad()
     def refocus(self) -> RefocusRecord:
-        """Run up to ``allocator.inference.iterations`` LensNet-driven allocator iterations."""
+        """LensNet-driven allocator iterations until one chooses no edit, ``allocator.inference.iterations``
+        ran, or the refocus's edit budget is spent. Each iteration rescores the edited context, so a
+        detail under an LOD-L gist is reached in L iterations (multi-level refocus)."""
         s = self._require_session()
         inf = self.cfg.allocator.inference
+        budget = inf.edit_budget or inf.iterations * inf.max_edits
         record = RefocusRecord(num_tokens=s.num_tokens, iterations=0)
-        for _ in range(inf.iterations):
+        while record.iterations < inf.iterations and len(record.edits) < budget:
             mwc = s.materialize()
             scores = self._lensnet_allocator_scores(mwc, s.num_tokens)[: mwc.length].cpu()
-            edits = s.allocator.step(s.wc, scores, max_edits=inf.max_edits)
+            edits = s.allocator.step(s.wc, scores, max_edits=min(inf.max_edits, budget - len(record.edits)))
             record.iterations += 1
             record.edits += edits
             if not edits:

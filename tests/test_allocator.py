@@ -1,4 +1,5 @@
-"""Focus allocator: any scores give legal, non-overlapping, in-budget edits; thresholds, cooldown, tail."""
+"""Focus allocator: any scores give legal, non-overlapping, in-budget edits under both policies (relative
+z-scores, absolute thresholds); scale invariance of the relative policy; cooldown; recent tail."""
 from __future__ import annotations
 
 import math
@@ -9,7 +10,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from _wc_helpers import check_invariants, geometries  # shared (tests/_wc_helpers.py)
-from mc.allocator import Edit, FocusAllocator
+from mc.allocator import Edit, FocusAllocator, standardize
 from mc.config import AllocatorConfig
 from mc.working_context import WorkingContext
 
@@ -51,8 +52,15 @@ def random_wc(draw):
     return wc
 
 
-def check_selection(wc, edits, scores, cfg, max_edits, shadow):
+def check_selection(wc, edits, scores, cfg, max_edits, shadow, alloc):
+    """Legality, budget, cooldown and the policy's own rule for every chosen edit."""
     K = wc.block_size
+    relative = cfg.policy == "relative"
+    if relative:  # the relative policy decides on per-kind z-scores: check its rule on them
+        z_gist, z_groups = alloc.relative_view(wc, list(scores))
+        z_group = {g: z for z, g in z_groups}
+    exp_t = cfg.expand_z if relative else cfg.expand_threshold
+    margin = cfg.trade_margin_z if relative else cfg.collapse_threshold
     assert len(edits) <= max_edits
     kinds = [e.kind for e in edits]
     assert kinds == sorted(kinds, key=lambda k: k != "collapse"), "collapses must come first"
@@ -61,7 +69,7 @@ def check_selection(wc, edits, scores, cfg, max_edits, shadow):
         assert wc[e.index] == e.entry
         if e.kind == "expand":
             lod, _ = e.entry
-            assert lod > 0 and scores[e.index] >= cfg.expand_threshold
+            assert lod > 0 and (z_gist[e.index] if relative else scores[e.index]) >= exp_t - 1e-9
             assert not shadow.blocks_expand(e.entry), "expand undoes a cooling collapse"
             span = {e.index}
         else:
@@ -69,8 +77,12 @@ def check_selection(wc, edits, scores, cfg, max_edits, shadow):
             group = range(e.index, e.index + K)
             mean = sum(scores[j] for j in group) / K
             # Either the group asks to collapse, or it is a trade for an expansion it is cheaper than.
-            best_expand = max((scores[x.index] for x in edits if x.kind == "expand"), default=-math.inf)
-            assert mean <= -cfg.collapse_threshold or mean <= best_expand - cfg.collapse_threshold + 1e-9
+            if relative:  # nothing is collapsed for its own sake: only to pay for an expansion
+                best_expand = max((z_gist[x.index] for x in edits if x.kind == "expand"), default=-math.inf)
+                assert z_group[e.index] <= best_expand - margin + 1e-9
+            else:
+                best_expand = max((scores[x.index] for x in edits if x.kind == "expand"), default=-math.inf)
+                assert mean <= -margin or mean <= best_expand - margin + 1e-9
             assert not shadow.blocks_collapse([wc[j] for j in group]), "collapse undoes a cooling expand"
             span = set(group)
         assert not span & touched, "overlapping edits in one iteration"
@@ -81,9 +93,11 @@ def check_selection(wc, edits, scores, cfg, max_edits, shadow):
 
 @settings(max_examples=50, deadline=None)
 @given(wc=random_wc(), exp_t=st.floats(0, 0.9), col_t=st.floats(0, 0.9), cooldown=st.integers(0, 3),
-       max_edits=st.integers(0, 8), seed=st.integers(0, 10**6), as_tensor=st.booleans(), pad=st.integers(0, 3))
-def test_any_scores_give_only_legal_edits(wc, exp_t, col_t, cooldown, max_edits, seed, as_tensor, pad):
-    cfg = AllocatorConfig(expand_threshold=exp_t, collapse_threshold=col_t, cooldown=cooldown)
+       max_edits=st.integers(0, 8), seed=st.integers(0, 10**6), as_tensor=st.booleans(), pad=st.integers(0, 3),
+       policy=st.sampled_from(["relative", "absolute"]))
+def test_any_scores_give_only_legal_edits(wc, exp_t, col_t, cooldown, max_edits, seed, as_tensor, pad, policy):
+    cfg = AllocatorConfig(policy=policy, expand_threshold=exp_t, collapse_threshold=col_t, expand_z=2 * exp_t,
+                          trade_margin_z=2 * col_t, cooldown=cooldown)
     alloc = FocusAllocator(cfg)
     shadow = Shadow(cooldown)
     g = torch.Generator().manual_seed(seed)
@@ -94,11 +108,16 @@ def test_any_scores_give_only_legal_edits(wc, exp_t, col_t, cooldown, max_edits,
             raw = raw.sign()  # extreme scores: everything wants an edit
         scores = raw if as_tensor else raw.tolist()
         edits = alloc.select(wc, scores, max_edits=max_edits)
-        check_selection(wc, edits, raw[: len(wc)].tolist(), cfg, max_edits, shadow)
+        check_selection(wc, edits, raw[: len(wc)].tolist(), cfg, max_edits, shadow, alloc)
         # Maximality: a qualifying expansion that fits the free budget is never ignored entirely.
         free = wc.max_entries - len(wc)
+        if policy == "relative":
+            vals = alloc.relative_view(wc, raw[: len(wc)].tolist())[0]
+        else:
+            vals = dict(enumerate(raw[: len(wc)].tolist()))
         want = [i for i, (lod, _) in enumerate(wc.entries)
-                if lod > 0 and raw[i] >= exp_t and not shadow.blocks_expand(wc[i])]
+                if lod > 0 and vals[i] >= (cfg.expand_z if policy == "relative" else exp_t)
+                and not shadow.blocks_expand(wc[i])]
         if want and free >= K - 1 and max_edits > 0:
             assert edits, "a qualifying expansion with room was not chosen"
         before = wc.copy()
@@ -122,6 +141,7 @@ def test_any_scores_give_only_legal_edits(wc, exp_t, col_t, cooldown, max_edits,
 def tiny(max_entries=20, recent=2, cooldown=2, **kw):
     """K=2, max_lod=2, 16 tokens: coarse layout [(2,0),(2,1),(2,2),(1,6),(0,14),(0,15)]."""
     wc = WorkingContext.build(16, block_size=2, max_lod=2, max_entries=max_entries, recent_tokens=recent, fill=False)
+    kw.setdefault("policy", "absolute")  # these tests pin the threshold rules; the relative policy has its own
     cfg = AllocatorConfig(expand_threshold=0.5, collapse_threshold=0.5, cooldown=cooldown, **kw)
     return wc, FocusAllocator(cfg)
 
@@ -260,3 +280,57 @@ def test_make_room_property(wc, n_new, use_scores, seed):
         assert len(wc) + n_new + wc.block_size - 1 > wc.max_entries  # stops as soon as it fits
     wc.append_tokens(n_new)
     check_invariants(wc)
+
+
+# ----------------------------------------------------------------------------- the relative policy
+
+
+def test_standardize_is_invariant_to_positive_affine_maps():
+    vals = [0.1, -0.3, 0.25, 0.0, 0.9, -0.05]
+    for a, b in ((1.0, 0.0), (0.01, -0.4), (7.0, 3.0)):
+        assert standardize([a * v + b for v in vals]) == pytest.approx(standardize(vals), abs=1e-6)
+    assert standardize([0.3] * 5) == [0.0] * 5  # constant scores: no preference at all
+    assert standardize([]) == []
+
+
+@settings(max_examples=30, deadline=None)
+@given(wc=random_wc(), seed=st.integers(0, 10**6), a=st.floats(1e-3, 50.0), b=st.floats(-5.0, 5.0),
+       max_edits=st.integers(1, 8))
+def test_relative_edits_do_not_depend_on_the_score_scale(wc, seed, a, b, max_edits):
+    """The knife edge this policy removes: the same ranking at any scale/shift gives the same edits."""
+    alloc = FocusAllocator(AllocatorConfig(policy="relative", cooldown=2))
+    raw = (torch.rand(len(wc), generator=torch.Generator().manual_seed(seed)) * 2 - 1).tolist()
+    ref = alloc.select(wc, raw, max_edits=max_edits)
+    assert alloc.select(wc, [a * v + b for v in raw], max_edits=max_edits) == ref
+
+
+def test_relative_expands_the_top_gist_even_when_every_score_is_small():
+    """Scores all under the absolute thresholds (the failure seen in the field): absolute does
+    nothing, relative still moves detail to the clearly top-ranked gist, paid for by a trade."""
+    wc, _ = tiny(max_entries=7)
+    wc.expand(0)  # full: [(1,0),(1,1),(2,1),(2,2),(1,6),(0,14),(0,15)]; K=2
+    scores = [0.01, 0.012, 0.011, 0.15, 0.011, 0.01, 0.01]  # (2,2) ranks far above the rest, all below 0.2
+    absolute = FocusAllocator(AllocatorConfig(policy="absolute", cooldown=2))
+    relative = FocusAllocator(AllocatorConfig(policy="relative", cooldown=2))
+    assert absolute.select(wc, scores, max_edits=4) == []
+    edits = relative.select(wc, scores, max_edits=4)
+    assert [(e.kind, e.entry) for e in edits] == [("collapse", (1, 0)), ("expand", (2, 2))]
+    relative.apply(wc, edits)
+    check_invariants(wc)
+    assert len(wc) <= wc.max_entries
+
+
+def test_relative_trade_margin_and_no_collapse_for_its_own_sake():
+    wc, _ = tiny(max_entries=40)  # lots of room: expansions need no trade
+    alloc = FocusAllocator(AllocatorConfig(policy="relative", expand_z=1.0, trade_margin_z=1.0, cooldown=2))
+    edits = alloc.select(wc, [-0.9, 0.0, 0.9, 0.0, 0.0, 0.0], max_edits=4)
+    assert [(e.kind, e.entry) for e in edits] == [("expand", (2, 2))]  # the low group is left alone
+    full, _ = tiny(max_entries=7)
+    full.expand(0)  # [(1,0),(1,1),(2,1),(2,2),(1,6),(0,14),(0,15)]: the one legal group is (1,0),(1,1)
+    # (2,2) tops the ranking but its lead over the cheapest group is < trade_margin_z: no churn.
+    z_near = [0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]
+    z = standardize(z_near)
+    assert z[3] >= 1.0 and z[3] - (z[0] + z[1]) / 2 < 3.0
+    strict = FocusAllocator(AllocatorConfig(policy="relative", expand_z=1.0, trade_margin_z=3.0, cooldown=2))
+    assert strict.select(full, z_near, max_edits=4) == []
+    assert len(alloc.select(full, z_near, max_edits=4)) == 2  # within the default margin: a trade

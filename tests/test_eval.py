@@ -10,7 +10,8 @@ import torch
 from mc.build import build_controller, build_nets
 from mc.config import RunConfig, validate
 from mc.eval.baselines import lod0_answer, lod0_tail_loss
-from mc.eval.evaluate import VARIANTS, load_trained_controller, run_evaluation, wc_recall, wc_tail_loss
+from mc.eval.evaluate import VARIANTS, Focus, load_trained_controller, run_evaluation, wc_recall, wc_tail_loss
+from mc.eval.focus_policies import oracle_refocus, random_refocus, span_scores
 from mc.eval.stats import mean_ci, paired_diff_ci, proportion_ci
 
 
@@ -28,8 +29,7 @@ def tiny_cfg(**eval_kw) -> RunConfig:
         setattr(c.eval, k, v)
     c.train.device = "cpu"
     c.telemetry.jsonl = False
-    # untrained LensNet scores sit near 0: low thresholds make the refocus actually edit
-    c.allocator.expand_threshold = c.allocator.collapse_threshold = 0.0
+    # untrained LensNet scores still rank entries: the (default) relative allocator policy edits on them
     return validate(c)
 
 
@@ -56,7 +56,11 @@ def test_run_evaluation_end_to_end(tmp_path):
             assert ci["n"] == 3, (metric, v)
             assert ci["lo"] <= ci["mean"] <= ci["hi"], (metric, v, ci)
             assert math.isfinite(ci["mean"])
-        assert set(on_disk["paired"][metric]) == {"focused-recency", "focused-compressed", "compressed-recency"}
+        assert set(on_disk["paired"][metric]) == {"focused-recency", "focused-compressed", "focused-random",
+                                                  "compressed-recency"}
+    for row in on_disk["per_doc"]:  # the random control makes as many edits as LensNet did (when legal)
+        for task, n in row["edits"].items():
+            assert row["random_edits"][task] <= n, (task, row["edits"], row["random_edits"])
     # untrained byte model: the loss is near log(259)
     assert 4.0 < on_disk["metrics"]["corpus_tail_loss"]["recency"]["mean"] < 7.0
     maps = on_disk["lod_maps"]
@@ -89,11 +93,11 @@ def test_all_lod0_context_matches_the_plain_base_model(tmp_path):
     ctrl = load_trained_controller(cfg, fake_run(tmp_path, cfg), device=torch.device("cpu"))
     B, T = cfg.mc.max_entries, cfg.eval.tail_tokens
     ids = torch.randint(0, 256, (B,), generator=torch.Generator().manual_seed(3))
-    c = wc_tail_loss(ctrl, ids, tail=T, focus=False)
+    c = wc_tail_loss(ctrl, ids, tail=T, focus=Focus("none"))
     assert all(lod == 0 for lod, _ in c["after"]) and c["entries"] == B
     assert c["loss"] == pytest.approx(lod0_tail_loss(ctrl.base, ids, window=B, tail=T), abs=1e-5)
     vl = cfg.data.recall.value_len
-    rc = wc_recall(ctrl, ids, value_len=vl, focus=False)
+    rc = wc_recall(ctrl, ids, value_len=vl, focus=Focus("none"))
     ra = lod0_answer(ctrl.base, ids, window=B, value_len=vl)
     assert rc["nll"] == pytest.approx(ra["nll"], abs=1e-5)
     assert rc["predicted"] == ra["predicted"]
@@ -143,3 +147,47 @@ def test_paired_diff_ci():
     assert d["mean"] == pytest.approx(2.5 / 3)
     with pytest.raises(ValueError, match="same documents"):
         paired_diff_ci([1.0], [1.0, 2.0])
+
+
+def test_random_and_oracle_focus_policies(tmp_path):
+    """random: exactly the requested number of legal edits; oracle: the span ends at LOD0 within budget."""
+    cfg = tiny_cfg()
+    ctrl = load_trained_controller(cfg, fake_run(tmp_path, cfg), device=torch.device("cpu"))
+    ids = torch.randint(0, 256, (240,), generator=torch.Generator().manual_seed(5))
+    s = ctrl.begin_session(ids)
+    # a full context: every expansion is a trade (two edits), so ask for an even count
+    assert random_refocus(ctrl, 4, torch.Generator().manual_seed(0)) == 4
+    check = ctrl.session.wc.copy()
+    assert len(check) <= cfg.mc.max_entries
+    s = ctrl.begin_session(ids)
+    span = (20, 22)  # far back: inside an LOD2 gist of the compressed layout
+    assert any(lod == 2 for lod, _ in s.wc.entries[:1])
+    made = oracle_refocus(ctrl, span)
+    lod_map = s.wc.lod_map()
+    assert made >= 2 and bool((lod_map[span[0]:span[1]] == 0).all()), (made, s.wc.entries[:12])
+    assert len(s.wc) <= cfg.mc.max_entries
+    assert span_scores(s.wc, *span).sum() == span[1] - span[0]  # one LOD0 entry per needle token
+    with pytest.raises(ValueError, match="span"):
+        oracle_refocus(ctrl, (5, 5))
+
+
+def test_long_range_sweep_section(tmp_path):
+    """eval.json gets `long_range` with base_window, one cell per task x length x depth x variant, and
+    per-document rows; the random control never makes more edits than LensNet did."""
+    cfg = tiny_cfg(n_docs=1)
+    lr = cfg.eval.long_range
+    lr.multiples, lr.depths, lr.n_per_cell, lr.n_needles = [1, 2], [0.1, 0.9], 1, 3
+    out = run_evaluation(validate(cfg), fake_run(tmp_path, cfg), progress=False, max_files=150)
+    sec = json.loads((tmp_path / "eval" / "eval.json").read_text())["long_range"]
+    assert sec["base_window"] == cfg.model.max_seq_len and sec["lengths"] == [128, 256]
+    assert sec["variants"] == ["recency", "compressed", "focused", "random", "oracle"]
+    assert len(sec["cells"]) == 2 * 2 * 2 * 5
+    for c in sec["cells"]:
+        assert {"task", "length", "depth", "variant", "accuracy", "n"} <= set(c) and c["n"] == 1
+        assert c["task"] in ("passkey", "multi_needle") and 0.0 <= c["accuracy"] <= 1.0
+    assert len(sec["rows"]) == 8
+    for r in sec["rows"]:
+        assert r["edits"]["random"] <= r["edits"]["focused"]
+        if r["depth"] < 0.5:  # an early needle sits inside a gist of the compressed layout
+            assert r["edits"]["oracle"] >= 1, r
+    assert out["long_range"]["cells"] == sec["cells"]

@@ -28,6 +28,7 @@ refocus brought the value to LOD0 in 0-22% of documents; beta=2 puts p=0.6 at s=
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 
@@ -47,11 +48,15 @@ from mc.train.stage2 import train_stage2
 
 T = 64
 N_DOCS = 64
-# Stage 1 needs ~300+ steps of 64 documents before the 2-layer base copies the value (measured:
-# answer-digit accuracy 0.10 at step 200, 0.58 at 300, 0.74 at 400; with 32 documents per step
-# still chance at step 300). Stage 2 needs ~100 steps.
-STAGE1_STEPS = 400
+# Stage 1: the 2-layer base learns the copy in a sudden transition whose step depends on the seed.
+# At 400 steps (the first recipe) the exact 3-digit copy with full context was 16%, 0% and 12% on seeds
+# 0, 1, 2, so LensNet had nothing to learn on two of them; at 700 steps it is 98%, 88% and 100%.
+# Stage 2 needs ~100 steps.
+STAGE1_STEPS = 700
 STAGE2_STEPS = 150
+# The seed of the CI run; MC_LEARNING_SEEDS="0,1,2" runs the test once per seed (how the margins below
+# were measured: obsidian Training, "Learning test across seeds").
+SEEDS = [int(x) for x in os.environ.get("MC_LEARNING_SEEDS", "0").split(",")]
 
 
 def learning_cfg() -> RunConfig:
@@ -68,7 +73,7 @@ def learning_cfg() -> RunConfig:
                                                               records_region=0.4)),
         eval=EvalConfig(tail_tokens=16),
         train=TrainConfig(
-            device="cpu", seed=11,
+            device="cpu", seed=0,
             stage1=StageConfig(steps=STAGE1_STEPS, batch_size=64, lr=5e-3, warmup_steps=20, eval_every=1000,
                                eval_batches=1, ckpt_every=1000),
             stage2=StageConfig(steps=STAGE2_STEPS, batch_size=8, grad_accum=1, lr=3e-3, warmup_steps=10,
@@ -110,9 +115,11 @@ def measure(ctrl, cfg: RunConfig) -> dict:
             "value_at_lod0_after_refocus_rate": sum(answer_hits) / n}
 
 
-@pytest.mark.slow  # ~2-5 minutes on a 2-core CPU; still part of the default suite
-def test_lensnet_learns_where_detail_matters(tmp_path):
+@pytest.mark.slow  # ~2-4 minutes on a 2-core CPU; still part of the default suite
+@pytest.mark.parametrize("seed", SEEDS)
+def test_lensnet_learns_where_detail_matters(tmp_path, seed):
     cfg = learning_cfg()
+    cfg.train.seed = seed
     t0 = time.perf_counter()
     train_stage1(cfg, tmp_path, progress=False)
     t1 = time.perf_counter()
@@ -134,3 +141,6 @@ def test_lensnet_learns_where_detail_matters(tmp_path):
     # the LensNet-focused working context reads the tail better than the recency baseline
     assert after["focused_tail_loss"] < after["baseline_tail_loss"] - 0.05, report
     assert after["focused_better_rate"] >= 0.5, report
+    # ... because refocus brings the queried value back to LOD0 (the relative allocator policy acts on
+    # the ranking, whatever the absolute scale of the scores)
+    assert after["value_at_lod0_after_refocus_rate"] >= 0.8, report

@@ -72,7 +72,8 @@ def test_report_with_every_part(tmp_path):
     run = _full_run(tmp_path)
     text = write_report(RunConfig(name="t"), run).read_text()
     assert "Not available" not in text and "Missing parts" not in text
-    assert "| focused | 2.300 [2.200, 2.400]" in text and "75.0%" in text
+    assert "| focused | 2.300 [2.200, 2.400] (2.0 edits/refocus)" in text and "75.0%" in text
+    assert "focus did nothing" not in text  # 1 of 2 refocuses idle: not more than half
     assert "focused − recency" in text
     assert "PASSED" in text and "| recompiles (with guard text) | 1 |" in text
     assert "lensnet_call@32" in text
@@ -106,3 +107,33 @@ def test_report_survives_corrupt_files(tmp_path):
     assert "eval.json` is unreadable" in text
     with pytest.raises(FileNotFoundError, match="run folder"):
         write_report(RunConfig(), tmp_path / "absent")
+
+
+def test_report_warns_when_focus_did_nothing(tmp_path):
+    ev = _eval_json()
+    ev["per_doc"] = [{"doc": f"d{k}", "edits": {"tail": 0, "recall": 0}, "random_edits": {"tail": 0}}
+                     for k in range(3)] + [{"doc": "d3", "edits": {"tail": 4}, "random_edits": {"tail": 4}}]
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "eval.json").write_text(json.dumps(ev))
+    text = write_report(RunConfig(), tmp_path).read_text()
+    assert "WARNING: focus did nothing** in 6 of 7 refocuses" in text
+    assert "(1.0 edits/refocus)" in text  # tail: (0+0+0+4)/4 beside the focused number
+
+
+def test_report_long_range_section(tmp_path):
+    ev = _eval_json()
+    variants = ["recency", "compressed", "focused", "random", "oracle"]
+    cells = [{"task": t, "length": n, "multiple": n // 128, "depth": d, "variant": v, "accuracy": acc, "n": 2,
+              "edits_per_refocus": 2.0 if v in ("focused", "random") else None}
+             for t in ("passkey",) for n in (512, 2048) for d in (0.1, 0.9)
+             for v, acc in zip(variants, (0.0, 0.0, 0.5, 0.0, 1.0))]
+    ev["long_range"] = {"base_window": 128, "budget": 48, "lengths": [512, 2048], "depths": [0.1, 0.9],
+                        "tasks": ["passkey"], "variants": variants, "compression": {"512": 10.67, "2048": 42.67},
+                        "cells": cells, "rows": []}
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "eval.json").write_text(json.dumps(ev))
+    text = write_report(RunConfig(), tmp_path).read_text()
+    assert "### Long-range sweep" in text and "| focused | 50% (4), 2.0 edits | 50% (4), 2.0 edits |" in text
+    assert "| oracle | 100% (4) | 100% (4) |" in text
+    if mc.app.plots.matplotlib_missing() is None:
+        assert (tmp_path / "plots" / "long_range_passkey.png").stat().st_size > 2000

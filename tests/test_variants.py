@@ -55,3 +55,45 @@ def test_errors():
         sample_variants(8, n_random=-1, generator=torch.Generator(), **p)
     with pytest.raises(ValueError, match="coarsest layout"):
         sample_variants(100, n_random=1, generator=torch.Generator(), **p)
+
+
+def test_training_signal_covers_every_level():
+    """Multi-level refocus needs LensNet to learn about every level: over a few draws, random variants
+    hold detail at every LOD below max_lod *inside* regions that are max_lod gists in the coarsest
+    layout (expansions of expansions), and the per-entry preference targets reach entries of every
+    LOD > 0 (the loss's lod-map comparison is level-agnostic)."""
+    from mc.nets.losses import preference_loss  # noqa: PLC0415
+
+    K, max_lod, n = 4, 3, 512
+    p = dict(block_size=K, max_lod=max_lod, max_entries=60, recent_tokens=8)
+    coarse = WorkingContext.build(n, fill=False, **p)
+    top_region = {t for i, (lod, _) in enumerate(coarse.entries) if lod == max_lod
+                  for t in range(*coarse.span(i))}
+    seen_lods_in_top: set[int] = set()
+    g = torch.Generator().manual_seed(0)
+    vs = []
+    for _ in range(8):
+        vs = sample_variants(n, n_random=7, generator=g, **p)
+        for v in vs[1:]:
+            lod_map = v.lod_map()
+            seen_lods_in_top |= {int(lod_map[t]) for t in top_region}
+    assert seen_lods_in_top >= set(range(max_lod + 1)), seen_lods_in_top
+    # Targets: scores of zero, a loss gap per pair: every LOD > 0 present gets a non-zero target somewhere.
+    v = len(vs)
+    w = max(len(x) for x in vs)
+    lods = torch.full((1, v, w), 0, dtype=torch.long)
+    pos = torch.zeros(1, v, w)
+    mask = torch.zeros(1, v, w, dtype=torch.bool)
+    for j, x in enumerate(vs):
+        for i in range(len(x)):
+            lo, hi = x.span(i)
+            lods[0, j, i], pos[0, j, i], mask[0, j, i] = x.entries[i][0], (lo + hi - 1) / 2, True
+    scores = torch.zeros(1, v, w, requires_grad=True)
+    losses = torch.arange(v, dtype=torch.float32)[None]  # distinct losses: every pair carries a preference
+    lod_map = torch.stack([x.lod_map() for x in vs])[None]
+    res = preference_loss(scores, mask, pos, lods, lod_map, losses, block_size=K, beta=2.0, min_gap=0.0)
+    res.loss.backward()
+    got = {int(lods[0, j, i]) for j in range(v) for i in range(w)
+           if mask[0, j, i] and scores.grad[0, j, i].abs() > 0 and lods[0, j, i] > 0}
+    present = {int(l) for l in lods[mask].tolist() if l > 0}
+    assert got == present and len(present) >= 2, (got, present)

@@ -133,3 +133,34 @@ def plot_eval_bars(metrics: dict, variants: Sequence[str], path: str | Path) -> 
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def plot_long_range_heatmaps(long_range: dict, task: str, path: str | Path) -> Path:
+    """One length x depth heatmap of exact recall per variant (the long-range sweep of one task)."""
+    plt = _plt()
+    variants = list(long_range["variants"])
+    lengths, depths = list(long_range["lengths"]), list(long_range["depths"])
+    cells = {(c["variant"], c["length"], c["depth"]): c["accuracy"] for c in long_range["cells"] if c["task"] == task}
+    fig, axes = plt.subplots(1, len(variants), figsize=(2.3 * len(variants) + 1.2, 2.8), dpi=110, squeeze=False)
+    image = None
+    for ax, v in zip(axes[0], variants):
+        grid = [[cells.get((v, n, d), float("nan")) for n in lengths] for d in depths]  # rows: depth
+        image = ax.imshow(grid, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto", origin="lower")
+        ax.set_title(v, fontsize=9)
+        ax.set_xticks(range(len(lengths)), [f"{n // long_range['base_window']}x" for n in lengths], fontsize=7)
+        ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths], fontsize=7)
+        ax.set_xlabel("history / base window", fontsize=8)
+        for yi, row in enumerate(grid):
+            for xi, val in enumerate(row):
+                if val == val:  # not NaN
+                    ax.text(xi, yi, f"{val:.0%}", ha="center", va="center", fontsize=7,
+                            color="white" if val < 0.5 else "black")
+    axes[0][0].set_ylabel("needle depth", fontsize=8)
+    fig.suptitle(f"{task}: exact recall (budget {long_range['budget']} entries)", fontsize=10, y=1.06)
+    if image is not None:
+        fig.colorbar(image, ax=list(axes[0]), fraction=0.02, pad=0.02, label="exact recall")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, bbox_inches="tight")
+    plt.close(fig)
+    return path

@@ -23,7 +23,8 @@ from pathlib import Path
 from mc.config import RunConfig
 from mc.eval.stats import fmt_ci
 
-VARIANT_ORDER = ("full", "recency", "compressed", "focused")
+VARIANT_ORDER = ("full", "recency", "compressed", "focused", "random")
+NO_EDIT_WARN = 0.5  # warn when refocus chose no edit in more than this share of the documents
 METRIC_COLUMNS = (("corpus_tail_loss", "corpus tail loss (nats/token)", False),
                   ("recall_tail_loss", "recall-doc tail loss", False),
                   ("recall_answer_nll", "recall answer loss", False),
@@ -144,6 +145,51 @@ def _training(rep: _Report) -> None:
                      alt=f"{stage} accuracy")
 
 
+def _edits_per_refocus(per_doc: list[dict]) -> dict[str, dict[str, float]]:
+    """Mean edits per refocus ``{task: {"focused": x, "random": y}}`` from the per-document rows."""
+    out: dict[str, dict[str, float]] = {}
+    for task in ("tail", "recall"):
+        for v, key in (("focused", "edits"), ("random", "random_edits")):
+            vals = [d[key][task] for d in per_doc if isinstance(d.get(key, {}).get(task), int)]
+            if vals:
+                out.setdefault(task, {})[v] = sum(vals) / len(vals)
+        if task in out:
+            out[task].setdefault("random", float("nan"))
+            out[task].setdefault("focused", float("nan"))
+    return out
+
+
+def _long_range(rep: _Report, lr: dict) -> None:
+    """The long-range sweep: a table per task (variant x length, averaged over depths) and heatmaps."""
+    from mc.app.plots import plot_long_range_heatmaps  # noqa: PLC0415
+
+    if not lr.get("cells"):
+        return
+    rep.add("### Long-range sweep", "",
+            f"Base window {lr['base_window']} tokens, budget {lr['budget']} entries; compression (history / entries): "
+            + ", ".join(f"{n}: {c}x" for n, c in lr.get("compression", {}).items()) + ". Exact recall per cell "
+            "(documents per cell in brackets); edits/refocus beside the focused and random numbers.", "")
+    for task in lr["tasks"]:
+        rep.add(f"**{task}** (mean over depths {', '.join(f'{d:.0%}' for d in lr['depths'])})", "")
+        rep.add("| variant | " + " | ".join(f"{n // lr['base_window']}x" for n in lr["lengths"]) + " |",
+                "|---" * (len(lr["lengths"]) + 1) + "|")
+        for v in lr["variants"]:
+            cells = []
+            for n in lr["lengths"]:
+                sel = [c for c in lr["cells"] if (c["task"], c["variant"], c["length"]) == (task, v, n)]
+                acc = sum(c["accuracy"] * c["n"] for c in sel) / max(1, sum(c["n"] for c in sel))
+                cell = f"{acc:.0%} ({sum(c['n'] for c in sel)})"
+                ed = [c["edits_per_refocus"] for c in sel if c.get("edits_per_refocus") is not None]
+                if v in ("focused", "random") and ed:
+                    cell += f", {sum(ed) / len(ed):.1f} edits"
+                cells.append(cell)
+            rep.add(f"| {v} | " + " | ".join(cells) + " |")
+        rep.add("")
+        rep.plot(plot_long_range_heatmaps, lr, task, rep.plot_dir / f"long_range_{task}.png",
+                 alt=f"long-range {task} heatmaps")
+    rep.add("")
+
+
 def _evaluation(rep: _Report) -> None:
     from mc.app.plots import plot_eval_bars, plot_lod_map  # noqa: PLC0415
 
@@ -168,9 +214,18 @@ def _evaluation(rep: _Report) -> None:
     rep.add("")
     metrics = ev.get("metrics", {})
     cols = [c for c in METRIC_COLUMNS if c[0] in metrics]
+    per_task = _edits_per_refocus(ev.get("per_doc", []))
     rep.add("| variant | " + " | ".join(c[1] for c in cols) + " |", "|---" * (len(cols) + 1) + "|")
     for v in VARIANT_ORDER:
-        cells = [fmt_ci((metrics.get(c[0]) or {}).get(v), percent=c[2]) for c in cols]
+        if not any(v in (metrics.get(c[0]) or {}) for c in cols):
+            continue  # an older eval.json without this variant
+        cells = []
+        for c in cols:
+            cell = fmt_ci((metrics.get(c[0]) or {}).get(v), percent=c[2])
+            task = "recall" if c[0].startswith("recall") else "tail"
+            if v in ("focused", "random") and task in per_task:  # the edit count beside every focused number
+                cell += f" ({per_task[task][v]:.1f} edits/refocus)"
+            cells.append(cell)
         rep.add(f"| {v} | " + " | ".join(cells) + " |")
     ci = ev.get("ci", {})
     rep.add("", f"Intervals: losses — {ci.get('losses', '?')}; accuracy — {ci.get('accuracy', '?')}. "
@@ -190,8 +245,12 @@ def _evaluation(rep: _Report) -> None:
     edits = [d.get("edits", {}) for d in ev.get("per_doc", [])]
     n_ed = [e.get(k) for e in edits for k in e if isinstance(e.get(k), int)]
     if n_ed:
+        idle = sum(1 for x in n_ed if x == 0)
         rep.add(f"Refocus edits per document (focused variant): mean {sum(n_ed) / len(n_ed):.2f}, "
-                f"{sum(1 for x in n_ed if x == 0)} of {len(n_ed)} refocuses chose no edit.", "")
+                f"{idle} of {len(n_ed)} refocuses chose no edit.", "")
+        if idle > NO_EDIT_WARN * len(n_ed):
+            rep.add(f"**WARNING: focus did nothing** in {idle} of {len(n_ed)} refocuses (more than "
+                    f"{NO_EDIT_WARN:.0%}): the focused numbers above are mostly the compressed layout's.", "")
     examples = [d for d in ev.get("per_doc", []) if d.get("predicted")][:4]
     if examples:
         rep.add("Recall examples (answer → greedy decode per variant):", "")
@@ -200,6 +259,7 @@ def _evaluation(rep: _Report) -> None:
             p = d["predicted"]
             rep.add(f"| {d.get('doc')} | `{p.get('answer')}` | " + " | ".join(f"`{p.get(v, '')}`" for v in VARIANT_ORDER) + " |")
         rep.add("")
+    _long_range(rep, ev.get("long_range") or {})
     maps = ev.get("lod_maps", [])
     rep.add("### LOD maps before and after refocus", "")
     if not maps:

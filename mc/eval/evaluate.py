@@ -11,8 +11,11 @@ validation-seed recall documents, and compares four ways of reading each one:
 (c) ``compressed``: a controller session over the prefix that ends right before the scored tokens
     (``begin_session``: ``WorkingContext.build(fill=True)`` at the budget: LOD0 recent tail, gists
     for the rest, recency-graded), no refocus;
-(d) ``focused``: the same session, then one controller refocus (``allocator.inference.iterations``
-    LensNet-driven allocator iterations).
+(d) ``focused``: the same session, then one controller refocus (up to ``allocator.inference.iterations``
+    LensNet-driven allocator iterations within the refocus's edit budget);
+(e) ``random``: the same session, then a refocus with uniformly random scores through the same
+    allocator, stopped after exactly as many edits as (d) made on that document (the control that
+    shows whether LensNet's scores matter, not the edit count; :mod:`mc.eval.focus_policies`).
 
 For (c) and (d) the scored tokens (the tail, or the recall answer) are then appended through the
 controller at LOD0 without refocus, exactly as a streaming session appends: when the budget is
@@ -43,10 +46,12 @@ from torch import Tensor
 from mc.config import RunConfig, to_dict
 from mc.controller import MCController
 from mc.eval.baselines import lod0_answer, lod0_tail_loss
+from mc.eval.focus_policies import oracle_refocus, random_refocus
+from mc.eval.long_range import run_long_range
 from mc.eval.stats import mean_ci, paired_diff_ci, proportion_ci
 
-VARIANTS = ("full", "recency", "compressed", "focused")
-PAIRS = (("focused", "recency"), ("focused", "compressed"), ("compressed", "recency"))
+VARIANTS = ("full", "recency", "compressed", "focused", "random")
+PAIRS = (("focused", "recency"), ("focused", "compressed"), ("focused", "random"), ("compressed", "recency"))
 N_LOD_MAPS = 3  # working contexts per source whose layout before/after refocus is kept for the report
 
 
@@ -140,13 +145,41 @@ def load_trained_controller(cfg: RunConfig, run_dir: str | Path, *, device: torc
 # ----------------------------------------------------------------------------- WC variants (c) and (d)
 
 
-def _prefix_session(ctrl: MCController, prefix: Tensor, *, focus: bool) -> tuple:
-    """Session over ``prefix`` (``WorkingContext.build(fill=True)`` at the budget), refocused once if
-    ``focus``. Returns ``(session, entries_before_refocus, n_edits)``."""
+@dataclass
+class Focus:
+    """How a prefix session is refocused before scoring: ``kind`` is ``none`` (variant c),
+    ``lensnet`` (d), ``random`` (e: ``n_edits`` random-score edits drawn from ``generator``) or
+    ``oracle`` (expand ``span`` to LOD0)."""
+
+    kind: str = "none"
+    n_edits: int = 0
+    generator: torch.Generator | None = None
+    span: tuple[int, int] | None = None
+
+
+def _prefix_session(ctrl: MCController, prefix: Tensor, *, focus: Focus) -> tuple:
+    """Session over ``prefix`` (``WorkingContext.build(fill=True)`` at the budget), refocused as
+    ``focus`` says. Returns ``(session, entries_before_refocus, n_edits)``."""
     s = ctrl.begin_session(prefix)
     before = s.wc.entries
-    edits = len(ctrl.refocus().edits) if focus else 0
+    if focus.kind == "lensnet":
+        edits = len(ctrl.refocus().edits)
+    elif focus.kind == "random":
+        edits = random_refocus(ctrl, focus.n_edits, focus.generator)
+    elif focus.kind == "oracle":
+        edits = oracle_refocus(ctrl, focus.span)
+    elif focus.kind == "none":
+        edits = 0
+    else:
+        raise ValueError(f"unknown focus kind {focus.kind!r}; expected none, lensnet, random or oracle")
     return s, before, edits
+
+
+def _random_focus(cfg: RunConfig, doc_name: str, n_edits: int) -> Focus:
+    """The random control for one document: seeded by the run seed and the document, so the same
+    document gets the same random edits in every variant that needs them."""
+    seed = (cfg.train.seed * 1_000_003 + sum(map(ord, doc_name))) % (2 ** 31)
+    return Focus("random", n_edits=n_edits, generator=torch.Generator().manual_seed(seed))
 
 
 def _scored_logits(ctrl: MCController, n_scored: int, expect: Tensor) -> tuple[Tensor, Tensor]:
@@ -164,7 +197,7 @@ def _scored_logits(ctrl: MCController, n_scored: int, expect: Tensor) -> tuple[T
 
 
 @torch.no_grad()
-def wc_tail_loss(ctrl: MCController, ids: Tensor, *, tail: int, focus: bool) -> dict:
+def wc_tail_loss(ctrl: MCController, ids: Tensor, *, tail: int, focus: Focus) -> dict:
     """Variant (c)/(d) tail loss: WC over ``ids[:-tail]`` (+ refocus), tail appended at LOD0."""
     s, before, edits = _prefix_session(ctrl, ids[:-tail], focus=focus)
     after = s.wc.entries
@@ -175,10 +208,11 @@ def wc_tail_loss(ctrl: MCController, ids: Tensor, *, tail: int, focus: bool) -> 
 
 
 @torch.no_grad()
-def wc_recall(ctrl: MCController, ids: Tensor, *, value_len: int, focus: bool) -> dict:
+def wc_recall(ctrl: MCController, ids: Tensor, *, value_len: int, focus: Focus) -> dict:
     """Variant (c)/(d) recall: greedy decode of ``value_len`` tokens after the query through the
     controller, and (in a second, identical session) the teacher-forced loss of the value."""
     prompt, answer = ids[:-value_len], ids[-value_len:]
+    gen_state = focus.generator.get_state() if focus.generator is not None else None
     s, before, edits = _prefix_session(ctrl, prompt, focus=focus)
     after = s.wc.entries
     out = []
@@ -187,6 +221,8 @@ def wc_recall(ctrl: MCController, ids: Tensor, *, value_len: int, focus: bool) -
         out.append(tok)
         ctrl.append(torch.tensor([tok]), refocus=False)
     entries = len(s.wc)
+    if focus.generator is not None:  # the teacher-forced pass must see the same random edits
+        focus = Focus(focus.kind, focus.n_edits, torch.Generator().set_state(gen_state), focus.span)
     _prefix_session(ctrl, prompt, focus=focus)
     ctrl.append(answer, refocus=False)
     logits, tgt = _scored_logits(ctrl, value_len, answer)
@@ -244,29 +280,31 @@ def evaluate_docs(ctrl: MCController, cfg: RunConfig, docs: list[EvalDoc], *, pr
             raise ValueError(f"evaluation document {doc.name} has {n} tokens, not more than the budget "
                              f"mc.max_entries={B}; raise eval.doc_tokens")
         row = {"source": doc.source, "doc": doc.name, "num_tokens": n, "values": {}, "entries": {}}
-        c = wc_tail_loss(ctrl, doc.ids, tail=T, focus=False)
-        d = wc_tail_loss(ctrl, doc.ids, tail=T, focus=True)
+        c = wc_tail_loss(ctrl, doc.ids, tail=T, focus=Focus("none"))
+        d = wc_tail_loss(ctrl, doc.ids, tail=T, focus=Focus("lensnet"))
+        e = wc_tail_loss(ctrl, doc.ids, tail=T, focus=_random_focus(cfg, doc.name, d["edits"]))
         key = f"{doc.source}_tail_loss"
         row["values"][key] = {"full": lod0_tail_loss(base, doc.ids, window=min(n, full_window), tail=T),
                               "recency": lod0_tail_loss(base, doc.ids, window=B, tail=T),
-                              "compressed": c["loss"], "focused": d["loss"]}
+                              "compressed": c["loss"], "focused": d["loss"], "random": e["loss"]}
         row["entries"]["tail"] = {"full": min(n, full_window), "recency": B, "compressed": c["entries"],
-                                  "focused": d["entries"]}
+                                  "focused": d["entries"], "random": e["entries"]}
         row["edits"] = {"tail": d["edits"]}
+        row["random_edits"] = {"tail": e["edits"]}
         if doc.recall is not None:
-            rc = wc_recall(ctrl, doc.ids, value_len=vl, focus=False)
-            rd = wc_recall(ctrl, doc.ids, value_len=vl, focus=True)
+            rc = wc_recall(ctrl, doc.ids, value_len=vl, focus=Focus("none"))
+            rd = wc_recall(ctrl, doc.ids, value_len=vl, focus=Focus("lensnet"))
+            re_ = wc_recall(ctrl, doc.ids, value_len=vl, focus=_random_focus(cfg, doc.name, rd["edits"]))
             fa = lod0_answer(base, doc.ids, window=min(n, full_window), value_len=vl)
             rb = lod0_answer(base, doc.ids, window=B, value_len=vl)
-            row["values"]["recall_answer_nll"] = {"full": fa["nll"], "recency": rb["nll"], "compressed": rc["nll"],
-                                                  "focused": rd["nll"]}
-            row["values"]["recall_accuracy"] = {"full": fa["exact"], "recency": rb["exact"],
-                                                "compressed": rc["exact"], "focused": rd["exact"]}
-            row["predicted"] = {"answer": doc.recall.answer,
-                                **{k: _show(r["predicted"]) for k, r in (("full", fa), ("recency", rb), ("compressed", rc), ("focused", rd))}}
+            by_variant = (("full", fa), ("recency", rb), ("compressed", rc), ("focused", rd), ("random", re_))
+            row["values"]["recall_answer_nll"] = {k: r["nll"] for k, r in by_variant}
+            row["values"]["recall_accuracy"] = {k: r["exact"] for k, r in by_variant}
+            row["predicted"] = {"answer": doc.recall.answer, **{k: _show(r["predicted"]) for k, r in by_variant}}
             row["entries"]["recall"] = {"full": min(n, full_window), "recency": B, "compressed": rc["entries"],
-                                        "focused": rd["entries"]}
+                                        "focused": rd["entries"], "random": re_["entries"]}
             row["edits"]["recall"] = rd["edits"]
+            row["random_edits"]["recall"] = re_["edits"]
             if kept["recall"] < N_LOD_MAPS:
                 lod_maps.append(_lod_map_record(doc, n - vl, rd["before"], rd["after"], cfg, "recall prompt"))
                 kept["recall"] += 1
@@ -290,8 +328,10 @@ def _variant_labels(cfg: RunConfig) -> dict:
     return {"full": full,
             "recency": f"(b) recency only: last {B} tokens at LOD0",
             "compressed": f"(c) compressed, no focus: <= {B} entries (LOD0 tail + gists, WorkingContext.build fill=True)",
-            "focused": (f"(d) LensNet-focused: (c) + one refocus of {cfg.allocator.inference.iterations} allocator "
-                        f"iterations (<= {cfg.allocator.inference.max_edits} edits each)")}
+            "focused": (f"(d) LensNet-focused: (c) + one refocus of <= {cfg.allocator.inference.iterations} allocator "
+                        f"iterations (<= {cfg.allocator.inference.max_edits} edits each, "
+                        f"policy {cfg.allocator.policy})"),
+            "random": "(e) random control: (c) + as many edits as (d) made, from uniformly random scores"}
 
 
 def run_evaluation(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, max_files: int | None = None) -> dict:
@@ -315,6 +355,8 @@ def run_evaluation(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True
         if compiled:
             ctrl.warmup()
         result = evaluate_docs(ctrl, ecfg, docs, progress=progress)
+        if ecfg.eval.long_range.multiples:
+            result["long_range"] = run_long_range(ctrl, ecfg, progress=progress)
     finally:
         if compiled:
             unfreeze(ctrl.telemetry.monitor)

@@ -1,0 +1,90 @@
+"""Generated long-context tasks: passkey and multi-needle documents at a chosen length and depth.
+
+Owns the documents of the long-range evaluation (obsidian Evaluation, "Long-range sweep"). No
+download: the haystack is the recall task's lowercase filler (no uppercase, digits or '=' can
+appear in it by accident), and the needles use the recall task's record format ``KEY=VALUE``, so
+the copy skill the base learns in stage 1 is the one these tasks test:
+
+* ``passkey``: one needle with the fixed key ``PK…`` (``key_len`` letters) at relative ``depth``
+  of the document; the document ends with the query ``\\nPK=`` and the value (the answer).
+* ``multi_needle``: ``n_needles`` records with distinct random keys; the queried one sits at
+  ``depth``, the others at random depths (distractors); the query names the queried key.
+
+``depth`` is the needle's start as a fraction of the history before the query (0 = right after
+BOS, 1 = right before the query). Documents come back as :class:`mc.data.recall.RecallDoc`, so
+every span helper of the recall task applies. Same arguments -> identical document.
+"""
+from __future__ import annotations
+
+import random
+import zlib
+
+import torch
+
+from mc.config import BOS_ID, LONG_TASKS
+from mc.data.recall import KEY_ALPHABET, VALUE_ALPHABET, RecallDoc, filler_text
+
+
+def _random_keys(rng: random.Random, n: int, key_len: int, taken: set[str]) -> list[str]:
+    keys: list[str] = []
+    while len(keys) < n:
+        k = "".join(rng.choice(KEY_ALPHABET) for _ in range(key_len))
+        if k not in taken:
+            taken.add(k)
+            keys.append(k)
+    return keys
+
+
+def make_long_doc(task: str, length: int, depth: float, seed: int, *, key_len: int, value_len: int,
+                  n_needles: int = 4) -> RecallDoc:
+    """One document of exactly ``length`` tokens (see the module docstring)."""
+    if task not in LONG_TASKS:
+        raise ValueError(f"unknown long-range task {task!r}; expected one of {LONG_TASKS}")
+    if not 0.0 <= depth <= 1.0:
+        raise ValueError(f"depth must be in [0, 1] (a fraction of the history), got {depth}")
+    n = 1 if task == "passkey" else n_needles
+    if n < 1:
+        raise ValueError(f"multi_needle needs n_needles >= 1, got {n_needles}")
+    rec_len = key_len + 1 + value_len
+    query_len = 1 + rec_len  # "\nKEY=VALUE"
+    history = length - query_len  # tokens before the query, BOS included
+    if history < 1 + n * (rec_len + 2) + 8:
+        raise ValueError(f"a {task} document of {length} tokens cannot hold {n} needle(s) of {rec_len + 2} tokens "
+                         "and a query; use a longer length")
+    # crc32, not hash(): str hashing is salted per process, and documents must be the same everywhere
+    rng = random.Random(zlib.crc32(repr((task, length, round(depth, 6), int(seed), key_len, value_len, n)).encode()))
+    taken: set[str] = set()
+    if task == "passkey":
+        keys = [("P" + "K" * (key_len - 1))[:key_len]]
+    else:
+        keys = _random_keys(rng, n, key_len, taken)
+    values = ["".join(rng.choice(VALUE_ALPHABET) for _ in range(value_len)) for _ in range(n)]
+    # Needle starts: the queried one (index 0) at the requested depth, distractors anywhere, no overlap.
+    slot = rec_len + 2  # "\n" + record + "\n"
+    lo, hi = 1, history - slot
+    want = lo + round(depth * (hi - lo))
+    starts = [want]
+    while len(starts) < n:
+        cand = rng.randint(lo, hi)
+        if all(abs(cand - s) >= slot for s in starts):
+            starts.append(cand)
+    order = sorted(range(n), key=lambda i: starts[i])
+    pieces: list[str] = []
+    pos = 1  # after BOS (ASCII text: one character = one token)
+    spans: list[tuple[int, int]] = [(0, 0)] * n
+    for i in order:
+        gap = starts[i] - pos
+        pieces.append(filler_text(rng, gap) + "\n")
+        pos += gap + 1
+        pieces.append(f"{keys[i]}={values[i]}\n")
+        spans[i] = (pos, pos + rec_len)
+        pos += rec_len + 1
+    pieces.append(filler_text(rng, history - pos))
+    pieces.append(f"\n{keys[0]}={values[0]}")
+    text = "".join(pieces)
+    ids = torch.empty(length, dtype=torch.long)
+    ids[0] = BOS_ID
+    ids[1:] = torch.frombuffer(bytearray(text.encode("ascii")), dtype=torch.uint8)
+    return RecallDoc(ids=ids, keys=tuple(keys), values=tuple(values), record_spans=tuple(spans), answer_record=0,
+                     query_start=length - value_len - 1 - key_len, answer_span=(length - value_len, length),
+                     seed=int(seed))

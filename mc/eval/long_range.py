@@ -1,0 +1,119 @@
+"""The long-range sweep: passkey and multi-needle recall far past the base model's trained window.
+
+Owns ``run_long_range(ctrl, cfg)``, the ``long_range`` section of ``eval/eval.json``
+(obsidian Evaluation, "Long-range sweep"). For every task x history length (multiples of
+``model.max_seq_len``, the base's trained window) x needle depth, ``eval.long_range.n_per_cell``
+generated documents (:mod:`mc.data.long_tasks`) are read five ways at the same entry budget
+``B = mc.max_entries``, and the queried value is greedy-decoded after the query:
+
+* ``recency``: the base model over the last B tokens at LOD0;
+* ``compressed``: a controller session over the prompt, no refocus;
+* ``focused``: the same session after one LensNet refocus (``MCController.refocus``);
+* ``random``: the same session after as many random-score edits as LensNet made on that document;
+* ``oracle``: the same session after expanding exactly the needle record to LOD0 (the upper
+  bound of any focus policy at this budget).
+
+Documents use evaluation seeds (offset from training's) so no sweep document was trained on.
+Accuracy per cell comes with a Wilson 95% interval; the per-document rows are kept.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import Tensor
+
+from mc.config import LONG_RANGE_VARIANTS, RunConfig
+from mc.controller import MCController
+from mc.data.long_tasks import make_long_doc
+from mc.eval.baselines import lod0_answer
+from mc.eval.focus_policies import oracle_refocus, random_refocus
+from mc.eval.stats import proportion_ci
+
+SEED_OFFSET = 1_000_000  # sweep documents never share a seed with training or the main evaluation
+
+
+@torch.no_grad()
+def _answer(ctrl: MCController, ids: Tensor, value_len: int, variant: str, n_edits: int,
+            span: tuple[int, int], generator: torch.Generator) -> tuple[bool, int]:
+    """Greedy answer of one session variant: ``(exact, edits)``. ``n_edits`` is LensNet's count (random)."""
+    prompt, answer = ids[:-value_len], ids[-value_len:]
+    ctrl.begin_session(prompt)
+    if variant == "focused":
+        edits = len(ctrl.refocus().edits)
+    elif variant == "random":
+        edits = random_refocus(ctrl, n_edits, generator)
+    elif variant == "oracle":
+        edits = oracle_refocus(ctrl, span)
+    else:
+        edits = 0
+    out = []
+    for _ in range(value_len):  # no refocus while answering: the layout chosen at the query stands
+        tok = int(ctrl.next_token_logits().argmax())
+        out.append(tok)
+        ctrl.append(torch.tensor([tok]), refocus=False)
+    return out == answer.tolist(), edits
+
+
+def long_range_lengths(cfg: RunConfig) -> list[int]:
+    """History lengths of the sweep: ``multiples x model.max_seq_len`` tokens."""
+    return [m * cfg.model.max_seq_len for m in cfg.eval.long_range.multiples]
+
+
+def run_long_range(ctrl: MCController, cfg: RunConfig, *, progress: bool = False) -> dict:
+    """The sweep (see the module docstring); ``{}`` when ``eval.long_range.multiples`` is empty."""
+    lr = cfg.eval.long_range
+    if not lr.multiples:
+        return {}
+    rc = cfg.data.recall
+    budget = cfg.mc.max_entries
+    variants = [v for v in LONG_RANGE_VARIANTS if v in lr.variants]  # "focused" before "random": it sets the count
+    combos = [(t, n, d, k) for t in lr.tasks for n in long_range_lengths(cfg) for d in lr.depths
+              for k in range(lr.n_per_cell)]
+    try:
+        from tqdm import tqdm  # noqa: PLC0415
+        bar = tqdm(total=len(combos), desc="long-range", disable=not progress, leave=False)
+    except ImportError:  # pragma: no cover - tqdm is a dependency
+        bar = None
+    t0 = time.time()
+    rows = []
+    for task, length, depth, k in combos:
+        if length <= budget:
+            raise ValueError(f"long-range length {length} is not longer than the budget mc.max_entries={budget}; "
+                             "raise eval.long_range.multiples")
+        doc = make_long_doc(task, length, depth, SEED_OFFSET + cfg.train.seed * 10_000 + k, key_len=rc.key_len,
+                            value_len=rc.value_len, n_needles=lr.n_needles)
+        row = {"task": task, "length": length, "depth": depth, "doc": k, "answer": doc.answer,
+               "exact": {}, "edits": {}}
+        lensnet_edits = 0
+        for variant in variants:
+            if variant == "recency":
+                row["exact"][variant] = bool(lod0_answer(ctrl.base, doc.ids, window=budget,
+                                                         value_len=rc.value_len)["exact"])
+                continue
+            gen = torch.Generator().manual_seed(SEED_OFFSET + k)
+            exact, edits = _answer(ctrl, doc.ids, rc.value_len, variant, lensnet_edits, doc.queried_span, gen)
+            if variant == "focused":
+                lensnet_edits = edits
+            row["exact"][variant], row["edits"][variant] = exact, edits
+        rows.append(row)
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    cells = []
+    for task in lr.tasks:
+        for length in long_range_lengths(cfg):
+            for depth in lr.depths:
+                sel = [r for r in rows if (r["task"], r["length"], r["depth"]) == (task, length, depth)]
+                for variant in variants:
+                    ci = proportion_ci([r["exact"][variant] for r in sel])
+                    edits = [r["edits"][variant] for r in sel if variant in r["edits"]]
+                    cells.append({"task": task, "length": length, "multiple": length // cfg.model.max_seq_len,
+                                  "depth": depth, "variant": variant, "accuracy": ci["mean"], "lo": ci["lo"],
+                                  "hi": ci["hi"], "n": len(sel),
+                                  "edits_per_refocus": (sum(edits) / len(edits)) if edits else None})
+    return {"base_window": cfg.model.max_seq_len, "budget": budget, "lengths": long_range_lengths(cfg),
+            "depths": list(lr.depths), "tasks": list(lr.tasks), "variants": variants,
+            "compression": {str(n): round(n / budget, 2) for n in long_range_lengths(cfg)},
+            "seconds": round(time.time() - t0, 2), "cells": cells, "rows": rows}
