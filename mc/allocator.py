@@ -51,9 +51,7 @@ from typing import Sequence
 from torch import Tensor
 
 from mc.config import ALLOCATOR_POLICIES, AllocatorConfig
-from mc.working_context import WorkingContext
-
-Entry = tuple[int, int]
+from mc.working_context import Entry, WorkingContext
 
 
 @dataclass

@@ -15,6 +15,7 @@ from mc.controller import MCController
 from mc.nets.gistnet import GistNet
 from mc.nets.gpt import GPT
 from mc.nets.lensnet import LensNet
+from mc.train.checkpoint import load_checkpoint
 
 
 def resolve_device(name: str) -> torch.device:
@@ -40,8 +41,8 @@ def load_base_weights(base: GPT, path: str | Path) -> None:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"base model weights not found at {path}: run stage 1 first (bash run10.sh --stages=stage1)")
-    state = torch.load(path, map_location="cpu", weights_only=False)
-    if isinstance(state, dict) and "model" in state:
+    state = load_checkpoint(path)
+    if "model" in state:
         state = state["model"]
     base.load_state_dict(state)
 

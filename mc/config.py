@@ -115,6 +115,12 @@ class NetCompileConfig:
     train: str = "off"  # one of COMPILE_MODES
     inference: str = "off"  # one of COMPILE_MODES
 
+    def is_on(self, context: str) -> bool:
+        """This net compiles in ``context`` ("train" or "inference"): its mode is not "off"."""
+        if context not in ("train", "inference"):
+            raise ValueError(f"compile context {context!r}: expected 'train' or 'inference'")
+        return getattr(self, context) != "off"
+
 
 @dataclass
 class CompileConfig:
@@ -126,8 +132,17 @@ class CompileConfig:
     recompile_limit: int = 0  # 0 = size it from buckets x modes (+ margin)
     warmup_iters: int = 3  # calls per (bucket x mode) in warm-up (warm-up, record, replay)
     freeze: str = "fail"  # after warm-up: "fail" = set_stance("fail_on_recompile"), "warn", "off"
-    mega_cache: str = ""  # path of a Mega-Cache to load before / save after warm-up ("" = none)
     cudagraph_strict: bool = False  # cudagraph_or_error + no graph partition (harness strict mode)
+
+    # The one place that answers "does anything compile?" (controller, warm-up, stage 2, eval, workflow gate).
+    def is_on(self, context: str) -> bool:
+        """Some net compiles in ``context`` ("train" or "inference")."""
+        return self.lensnet.is_on(context) or self.gistnet.is_on(context)
+
+    @property
+    def any_on(self) -> bool:
+        """Some net compiles in some context (else everything runs eagerly and nothing needs warm-up)."""
+        return self.is_on("train") or self.is_on("inference")
 
 
 @dataclass

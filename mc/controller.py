@@ -67,7 +67,7 @@ class MCController:
         limit = comp.recompile_limit or recompile_limit_for(
             n_buckets=max(len(cfg.mc.bucket_ladder), len(cfg.mc.gist_bucket_ladder)) + cfg.mc.max_lod + 1,
             n_modes=2, margin=4)
-        if any(m != "off" for net in (comp.lensnet, comp.gistnet) for m in (net.train, net.inference)):
+        if comp.any_on:
             apply_recompile_limit(limit)
             if not self.telemetry.monitor.started:
                 self.telemetry.start()  # compile events are only seen by a monitor installed before compiling

@@ -84,3 +84,20 @@ def test_workflow_flags():
 def test_bad_flags(argv, needle):
     with pytest.raises(ConfigError, match=needle):
         parse_workflow_args(argv)
+
+
+def test_compile_on_predicates():
+    comp = RunConfig().compile
+    assert not comp.any_on and not comp.is_on("train") and not comp.is_on("inference")
+    comp.gistnet.inference = "default"
+    assert comp.any_on and comp.is_on("inference") and not comp.is_on("train")
+    assert comp.gistnet.is_on("inference") and not comp.lensnet.is_on("inference")
+    comp.lensnet.train = "reduce-overhead"
+    assert comp.is_on("train") and comp.lensnet.is_on("train") and not comp.gistnet.is_on("train")
+    with pytest.raises(ValueError, match="expected 'train' or 'inference'"):
+        comp.lensnet.is_on("eval")
+
+
+def test_removed_mega_cache_key_is_an_unknown_key():
+    with pytest.raises(ConfigError, match="unknown config key CompileConfig.mega_cache"):
+        from_dict(RunConfig, {"compile": {"mega_cache": "x.bin"}})

@@ -125,7 +125,7 @@ def test_stage1_runs_writes_base_and_metrics_and_skips_when_done(tmp_path):
     summary = train_stage1(cfg, tmp_path, progress=False)
     assert summary["steps"] == 4 and not summary["skipped"]
     base = tmp_path / "stage1" / "base.pt"
-    GPT(cfg.model).load_state_dict(torch.load(base))  # weights only, loadable as-is
+    GPT(cfg.model).load_state_dict(load_checkpoint(base))  # weights only, loadable as-is
     recs = read_metrics(tmp_path / "stage1" / "metrics.jsonl")
     # stage 1 logs every min(eval_every, 10) steps (here 2), always with val_loss on eval steps
     assert [r["step"] for r in recs] == [2, 4]
@@ -143,13 +143,16 @@ def test_stage1_resume_continues_exactly(tmp_path):
     s = train_stage1(cfg, part, progress=False, stop_after=2)
     assert s["steps"] == 2 and not (part / "stage1" / "base.pt").exists()
     assert load_checkpoint(part / "stage1" / "ckpt.pt")["step"] == 2
+    stale = part / "stage1" / ".ckpt.pt.killed.tmp"  # what a run killed inside save_checkpoint leaves
+    stale.write_bytes(b"half a checkpoint")
     train_stage1(cfg, part, progress=False)  # resumes at step 2
+    assert not [p.name for p in (part / "stage1").iterdir() if p.name.endswith(".tmp")], "resume left a stale tmp"
     a = read_metrics(full / "stage1" / "metrics.jsonl")
     b = read_metrics(part / "stage1" / "metrics.jsonl")
     assert [r["step"] for r in b] == [2, 4], "resume duplicated or lost metric lines"
     for ra, rb in zip(a, b):
         assert rb["train_loss"] == pytest.approx(ra["train_loss"], abs=1e-6)
-    wa, wb = torch.load(full / "stage1" / "base.pt"), torch.load(part / "stage1" / "base.pt")
+    wa, wb = load_checkpoint(full / "stage1" / "base.pt"), load_checkpoint(part / "stage1" / "base.pt")
     assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
 
 
@@ -209,6 +212,13 @@ def test_stage2_save_load_continue_matches_uninterrupted(base_dir, tmp_path):
     for net in ("gistnet", "lensnet"):
         for k, v in ca[net].items():
             assert torch.allclose(v, cb[net][k], atol=1e-6), f"{net}.{k} differs after resume"
+
+
+def test_corrupt_base_weights_give_the_checkpoint_error(tmp_path):
+    (tmp_path / "stage1").mkdir()
+    (tmp_path / "stage1" / "base.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match="base.pt is corrupt"):  # build loads through load_checkpoint
+        build_controller(tiny_cfg(), device=torch.device("cpu"), base_weights=tmp_path / "stage1" / "base.pt")
 
 
 def test_stage2_needs_base_weights(tmp_path):

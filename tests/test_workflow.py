@@ -98,6 +98,17 @@ def test_stages_skip_when_done_and_force_redoes_downstream(tmp_path, fake_stages
     assert fake_stages == ["report"]
 
 
+
+
+def test_a_rerun_removes_temporaries_a_killed_run_left(tmp_path, fake_stages, capsys):
+    run = tmp_path / "r"
+    (run / "stage2").mkdir(parents=True)
+    for stale in (run / ".config.json.k1.tmp", run / "stage2" / ".ckpt.pt.k2.tmp"):
+        stale.write_bytes(b"half")
+    assert workflow.main(base_args(tmp_path, "--dry-run")) == 0
+    assert (run / "stage2" / ".ckpt.pt.k2.tmp").exists(), "a dry run must not touch the run folder's files"
+    assert workflow.main(base_args(tmp_path, "--stages=env")) == 0
+    assert not list(run.rglob("*.tmp")) and "a write a killed run left unfinished" in capsys.readouterr().out
 def _write_verdict(path: Path, cfg, *, passed: bool = True, failed: str | None = None) -> None:
     checks = {"no_exception": {"passed": True, "value": 0, "detail": "ok"}}
     if failed:

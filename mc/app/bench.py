@@ -36,6 +36,7 @@ from typing import Callable, Sequence
 import torch
 
 from mc.config import RunConfig, from_dict, to_dict, validate
+from mc.io import write_text
 
 MODES = ("eager", "default", "reduce-overhead", "max-autotune-no-cudagraphs")
 # --quick: tiny nets and shapes, so a full quick run stays well under two minutes on a 2-core CPU.
@@ -391,8 +392,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(md)
     for path, text in ((args.json, json.dumps(res, indent=1, default=str)), (args.md, md)):
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
+            write_text(path, text)
     return 1 if res["errors"] else 0
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from mc.config import RunConfig
 from mc.eval.stats import fmt_ci
+from mc.io import write_text
 
 VARIANT_ORDER = ("full", "recency", "compressed", "focused", "random")
 NO_EDIT_WARN = 0.5  # warn when refocus chose no edit in more than this share of the documents
@@ -363,8 +364,4 @@ def write_report(cfg: RunConfig, run_dir: str | Path) -> Path:
         section(rep)
     if rep.missing:
         rep.add("## Missing parts", "", *[f"- {m}" for m in rep.missing], "")
-    path = run_dir / "report.md"
-    tmp = path.with_suffix(".md.tmp")
-    tmp.write_text("\n".join(rep.lines) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return write_text(run_dir / "report.md", "\n".join(rep.lines) + "\n")

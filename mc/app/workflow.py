@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 
 from mc.config import ConfigError, RunConfig, to_dict
 from mc.config_loading import WorkflowArgs, compile_hash, config_hash, load_config, parse_workflow_args
+from mc.io import clean_stale_tmp, write_json, write_text
 
 STAGES = ("env", "data", "stage1", "stage2", "eval", "bench", "report")
 TRAINING = ("stage1", "stage2", "eval", "bench")  # a run of one of these makes every later stage's outputs stale
@@ -91,13 +92,6 @@ def _say(msg: str) -> None:
     print(f"[run10] {msg}", flush=True)
 
 
-def _write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _stage_set(value: str | None, flag: str, *, extra: tuple[str, ...] = ()) -> set[str]:
     if value is None:
         return set()
@@ -109,11 +103,6 @@ def _stage_set(value: str | None, flag: str, *, extra: tuple[str, ...] = ()) -> 
         raise ConfigError(f"flag {flag}={value!r} names unknown stage(s) {', '.join(bad)}; "
                           f"stages are {', '.join(STAGES + extra)} (or all)")
     return names
-
-
-def compile_on(cfg: RunConfig) -> bool:
-    c = cfg.compile
-    return any(m != "off" for net in (c.lensnet, c.gistnet) for m in (net.train, net.inference))
 
 
 # ============================================================================ stages
@@ -185,9 +174,8 @@ def _run_bench(cfg: RunConfig, run_dir: Path) -> dict:
         return {"skipped": "bench.enabled=false"}
     res = run_bench(cfg, modes=["eager", *cfg.bench.modes], quick=cfg.bench.quick, reps=cfg.bench.reps or None,
                     progress=_progress(), cases=cfg.bench.cases)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench.md").write_text(to_markdown(res))
-    _write_json(out / "bench.json", res)
+    write_text(out / "bench.md", to_markdown(res))
+    write_json(out / "bench.json", res)
     return {"bench": str(out / "bench.json")}
 
 
@@ -309,7 +297,7 @@ def _write_config(cfg: RunConfig, run_dir: Path) -> Path:
     if old is not None and old != new:
         _say(f"note: the config differs from the one recorded in {path}; existing stage outputs are still "
              "skipped (use --force=STAGE,... or another --name to start over)")
-    _write_json(path, new)
+    write_json(path, new)
     return path
 
 
@@ -334,12 +322,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     modes = {f"{n}.{c}": getattr(getattr(cfg.compile, n), c) for n in ("lensnet", "gistnet") for c in ("train", "inference")}
     _say(f"compile modes: {modes}")
     plan = plan_stages([s for s in STAGES if s in selected], force, run_dir)
-    needs_gate = compile_on(cfg) and any(plan.get(s) == "run" for s in COMPILED)
+    needs_gate = cfg.compile.any_on and any(plan.get(s) == "run" for s in COMPILED)
     _say("plan: " + ", ".join(f"{s}={p}" for s, p in plan.items())
          + ("; compile gate before stage2/eval (before any training)" if needs_gate else ""))
     if dry_run:
         _say("dry run: nothing executed")
         return 0
+    # Only this process writes below run_dir now: a *.tmp there is a write a killed run left behind.
+    for p in clean_stale_tmp(run_dir, recursive=True):
+        _say(f"removed {p} (a write a killed run left unfinished)")
     gated = False
     for stage, what in plan.items():
         if needs_gate and not gated and stage in TRAINING and what == "run":
@@ -362,7 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "training resumes from its last checkpoint.", file=sys.stderr)
             return EXIT_STAGE
         if stage in SUMMARY_FILES:
-            _write_json(run_dir / SUMMARY_FILES[stage], result if isinstance(result, dict) else {"result": result})
+            write_json(run_dir / SUMMARY_FILES[stage], result if isinstance(result, dict) else {"result": result})
         _say(f"{stage}: done in {time.perf_counter() - t0:.1f} s")
     _say(f"finished; run folder {run_dir}" + (f", report {run_dir / 'report.md'}" if "report" in plan else ""))
     return 0

@@ -14,7 +14,6 @@ Rules it enforces or supports (DESIGN.md section 4, COMPILE_NOTES.md):
 from __future__ import annotations
 
 import os
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Sequence
@@ -23,6 +22,7 @@ import torch
 from torch import nn
 
 from mc.compile.telemetry import CONTEXTS, NETS, Telemetry
+from mc.io import write_bytes
 
 CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")  # modes that turn on triton.cudagraphs
 REENTRANCE_POLICIES = ("raise", "eager", "record")
@@ -147,9 +147,6 @@ class CompiledNet:
         """Some context runs a CUDA-graph mode with Inductor on a CUDA device."""
         uses = any(m in CUDAGRAPH_MODES for m in self.modes.values()) and self.backend in (None, "inductor")
         return uses and self.device.type == "cuda"
-
-    def is_compiled(self, context: str) -> bool:
-        return self.modes[context] != "off"
 
     def run(self, *args: Any, context: str, rows: int | None = None, entries: int | None = None) -> Any:
         """Call the net for ``context`` and return its RAW output (controller helpers only).
@@ -359,19 +356,7 @@ def save_mega_cache(path: str | os.PathLike) -> dict | None:
     if result is None:
         return None
     data, info = result
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)  # atomic: a reader never sees a half-written cache
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_bytes(path, data)  # atomic: a reader never sees a half-written cache
     return {"path": str(path), "bytes": len(data), "artifacts": _cache_info_summary(info)}
 
 
@@ -382,14 +367,14 @@ def load_mega_cache(path: str | os.PathLike) -> dict:
         raise RuntimeError(f"cannot load Mega-Cache: {why}")
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"Mega-Cache file {path} does not exist; run warm-up once with compile.mega_cache "
-                                "set to save it, or set compile.mega_cache='' to start cold")
+        raise FileNotFoundError(f"Mega-Cache file {path} does not exist; write it first with save_mega_cache "
+                                "after a cold compile (the bench's cold run does), or start cold")
     data = path.read_bytes()
     if not data:
-        raise ValueError(f"Mega-Cache file {path} is empty; delete it and let warm-up write a new one")
+        raise ValueError(f"Mega-Cache file {path} is empty; delete it and save a new one after a cold compile")
     info = torch.compiler.load_cache_artifacts(data)
     if info is None:
         raise ValueError(f"Mega-Cache file {path} is corrupt or from an incompatible torch (torch could not "
-                         "deserialize it); delete it and let warm-up write a new one")
+                         "deserialize it); delete it and save a new one after a cold compile")
     return {"path": str(path), "bytes": len(data), "artifacts": _cache_info_summary(info)}
 

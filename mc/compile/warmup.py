@@ -27,7 +27,7 @@ def warm_up_controller(ctrl: "MCController", generator: torch.Generator | None =
     gen = generator or torch.Generator().manual_seed(0)
     iters = comp.warmup_iters
     d, k = ctrl.cfg.model.d_model, mc.block_size
-    if comp.lensnet.train != "off" or comp.gistnet.train != "off":
+    if comp.is_on("train"):
         if ctrl.cudagraphs_possible:
             # Allocate .grad outside the CUDA-graph pool before the first compiled backward: a grad
             # that a compiled backward allocates (warm-up runs inside the pool) would be stolen as
@@ -44,7 +44,7 @@ def warm_up_controller(ctrl: "MCController", generator: torch.Generator | None =
         for p in ctrl.aux_parameters():
             if p.grad is not None:
                 p.grad.zero_()
-    if comp.lensnet.inference != "off":
+    if comp.lensnet.is_on("inference"):
         buf = WCBuffer(max(mc.bucket_ladder), d, device=ctrl.device)
         for size in mc.bucket_ladder:
             n = min(size, mc.max_entries)
@@ -56,7 +56,7 @@ def warm_up_controller(ctrl: "MCController", generator: torch.Generator | None =
                                  lods=buf.lods[:size], token_ids=buf.token_ids[:size], length=n, bucket=size)
             for _ in range(iters):
                 ctrl.lensnet_scores(mwc, 4 * size)
-    if comp.gistnet.inference != "off":
+    if comp.gistnet.is_on("inference"):
         for size in mc.gist_bucket_ladder:
             for _ in range(iters):
                 ctrl.gist_blocks(torch.randn(size, k, d, device=ctrl.device))

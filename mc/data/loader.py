@@ -17,7 +17,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -70,15 +69,6 @@ class TokenStream:
         high = self.total - seq_len + 1 if self.total >= seq_len else self.total
         starts = torch.randint(0, high, (batch_size,), generator=generator).tolist()
         return torch.stack([self.window(s, seq_len) for s in starts])
-
-
-class TokenSource(Protocol):
-    name: str
-    split: str
-
-    def sample_batch(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None) -> Tensor: ...
-
-    def fingerprint(self) -> dict: ...
 
 
 class CorpusSource:

@@ -11,6 +11,9 @@ import hashlib
 from typing import Iterable, Sequence
 
 SPLITS = ("train", "val")
+# Fixed-seed draws from the validation split (stage-1 validation batches, the evaluation's document
+# windows) use a generator seeded with train.seed + this, so they never repeat the training draws.
+VAL_SEED_OFFSET = 7919
 
 
 def stable_fraction(key: str) -> float:

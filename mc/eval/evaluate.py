@@ -33,8 +33,6 @@ All GistNet/LensNet use goes through the controller (sessions, refocus, appends)
 from __future__ import annotations
 
 import copy
-import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,10 +43,13 @@ from torch import Tensor
 
 from mc.config import RunConfig, to_dict
 from mc.controller import MCController
+from mc.data.split import VAL_SEED_OFFSET
 from mc.eval.baselines import lod0_answer, lod0_tail_loss
 from mc.eval.focus_policies import oracle_refocus, random_refocus
 from mc.eval.long_range import run_long_range
 from mc.eval.stats import mean_ci, paired_diff_ci, proportion_ci
+from mc.io import write_json
+from mc.train.checkpoint import load_checkpoint
 
 VARIANTS = ("full", "recency", "compressed", "focused", "random")
 PAIRS = (("focused", "recency"), ("focused", "compressed"), ("focused", "random"), ("compressed", "recency"))
@@ -76,7 +77,7 @@ def corpus_eval_docs(cfg: RunConfig, n: int, doc_tokens: int, *, max_files: int 
     src = make_source(cfg.data, "val", max_files=max_files)
     docs = src.docs
     long_ = [i for i in range(len(docs)) if docs.num_tokens(i) >= doc_tokens]
-    g = torch.Generator().manual_seed(cfg.train.seed + 7919)
+    g = torch.Generator().manual_seed(cfg.train.seed + VAL_SEED_OFFSET)
     order = torch.randperm(len(long_), generator=g).tolist()[:n]
     out = []
     for j in order:
@@ -130,10 +131,10 @@ def load_trained_controller(cfg: RunConfig, run_dir: str | Path, *, device: torc
         raise FileNotFoundError(f"evaluation needs the stage-2 GistNet/LensNet checkpoint at {aux_path}; run stage 2 "
                                 "first (bash run10.sh --stages=stage2)")
     ctrl = build_controller(cfg, device=device, base_weights=base_path, run_dir=telemetry_dir)
-    ckpt = torch.load(aux_path, map_location="cpu", weights_only=False)
-    state = ckpt.get("controller", ckpt) if isinstance(ckpt, dict) else None
+    ckpt = load_checkpoint(aux_path)
+    state = ckpt.get("controller", ckpt)
     if not isinstance(state, dict) or "gistnet" not in state or "lensnet" not in state:
-        keys = sorted(ckpt) if isinstance(ckpt, dict) else type(ckpt).__name__
+        keys = sorted(ckpt)
         raise ValueError(f"{aux_path} holds no controller state (expected a 'controller' entry with 'gistnet' and "
                          f"'lensnet', found {keys}); re-run stage 2")
     ctrl.load_state_dict(state)
@@ -350,7 +351,7 @@ def run_evaluation(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True
     ctrl = load_trained_controller(ecfg, run_dir, device=device, telemetry_dir=run_dir)
     corpus, corpus_note = corpus_eval_docs(cfg, ev.n_docs, ev.doc_tokens, max_files=max_files)
     docs = corpus + recall_eval_docs(cfg, ev.n_docs, ev.doc_tokens)
-    compiled = ecfg.compile.lensnet.inference != "off" or ecfg.compile.gistnet.inference != "off"
+    compiled = ecfg.compile.is_on("inference")
     try:
         if compiled:
             ctrl.warmup()
@@ -383,9 +384,5 @@ def run_evaluation(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True
         "controller_calls": snap.get("calls", {}).get("totals"),
         "cudagraph": snap.get("cudagraph"),
     }
-    path = run_dir / "eval" / "eval.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(out, indent=1, default=str))
-    os.replace(tmp, path)
+    write_json(run_dir / "eval" / "eval.json", out, indent=1)
     return out

@@ -1,9 +1,8 @@
 """Checkpoints: atomic save, checked load, and the RNG state that makes a resume exact.
 
-Owns: :func:`save_checkpoint` (pickle to a temporary file in the *same directory*, flush +
-fsync, then ``os.replace`` onto the target: a reader sees either the old file or the complete
-new one, never half a file; the temporary is removed if anything fails), :func:`load_checkpoint`
-(clear errors for a missing, empty or corrupt file), and :func:`rng_state` /
+Owns: :func:`save_checkpoint` (an atomic write through :func:`mc.io.torch_save`: a reader sees
+either the old file or the complete new one, never half a file), :func:`load_checkpoint` (the
+only reader of ``.pt`` files: clear errors for a missing, empty or corrupt file), and :func:`rng_state` /
 :func:`restore_rng` (torch CPU RNG, CUDA RNG when present, Python ``random``, and the data
 ``torch.Generator`` the loops draw batches and variants from).
 
@@ -15,12 +14,13 @@ from __future__ import annotations
 import os
 import pickle
 import random
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from mc.io import torch_save
 
 
 class CheckpointError(RuntimeError):
@@ -28,24 +28,10 @@ class CheckpointError(RuntimeError):
 
 
 def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> Path:
-    """Write ``state`` to ``path`` atomically (tmp file in the same dir + ``os.replace``)."""
+    """Write ``state`` to ``path`` atomically (see :mod:`mc.io`)."""
     if not isinstance(state, dict):
         raise ValueError(f"save_checkpoint: state must be a dict, got {type(state).__name__}")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Same directory: os.replace is only atomic within one filesystem.
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    return torch_save(path, state)
 
 
 def load_checkpoint(path: str | os.PathLike, *, map_location: str | torch.device = "cpu") -> dict[str, Any]:

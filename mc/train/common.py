@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -20,6 +21,7 @@ from mc.build import resolve_device
 from mc.config import RecallConfig, RunConfig, to_dict
 from mc.data.loader import Stage2Sampler, make_source
 from mc.data.recall import check_recall_config
+from mc.io import write_text
 
 
 def setup_device(cfg: RunConfig) -> torch.device:
@@ -60,11 +62,11 @@ class MetricsLog:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_step is None:
-            self.path.write_text("")
+            write_text(self.path, "")
         elif self.path.exists():
             kept = [line for line in self.path.read_text().splitlines()
                     if line.strip() and json.loads(line).get("step", 0) <= resume_step]
-            self.path.write_text("".join(line + "\n" for line in kept))
+            write_text(self.path, "".join(line + "\n" for line in kept))  # a crash here keeps the old log
 
     def write(self, record: dict[str, Any]) -> None:
         with open(self.path, "a") as f:
@@ -99,3 +101,35 @@ def check_resume_config(saved: dict, cfg: RunConfig, stage: str, path: Path) -> 
         diff = sorted(k for k in new if old.get(k) != new[k])
         raise ValueError(f"{path} was written with different train.{stage} settings ({', '.join(diff)}); "
                          f"only {', '.join(_RESUMABLE_CHANGES)} may change on resume")
+
+
+# ----------------------------------------------------------------------------- the parts both loops share
+def resume_into(saved: dict | None, net: Any, key: str, optimizer: torch.optim.Optimizer) -> int:
+    """Load ``saved[key]`` into ``net`` (a module or the controller: anything with ``load_state_dict``) and
+    the optimizer state; the step to continue from (0: fresh start)."""
+    if saved is None:
+        return 0
+    net.load_state_dict(saved[key])
+    optimizer.load_state_dict(saved["optimizer"])
+    return int(saved["step"])
+
+
+def loop_io(cfg: RunConfig, out_dir: Path, seq_len: int, saved: dict | None, step: int, *,
+            max_files: int | None) -> tuple[Stage2Sampler, Stage2Sampler, MetricsLog, dict[str, Any]]:
+    """Train and val samplers of ``seq_len`` tokens, the metrics log (cut back to ``step`` on a
+    resume) and the summary dict (the checkpoint's on a resume, so a finished run reports it all)."""
+    train_data = make_sampler(cfg, "train", seq_len, max_files=max_files)
+    val_data = make_sampler(cfg, "val", seq_len, max_files=max_files)
+    metrics = MetricsLog(out_dir / "metrics.jsonl", resume_step=step if saved is not None else None)
+    summary: dict[str, Any] = dict(saved.get("summary") or {}) if saved is not None else {}
+    return train_data, val_data, metrics, summary
+
+
+def finish_loop(bar: Any, summary: dict[str, Any], step: int, steps_run: int, t_start: float,
+                checkpoint: Callable[[], None]) -> None:
+    """Close the progress bar, record the step time and the last step, write the final checkpoint."""
+    bar.close()
+    if steps_run:
+        summary["sec_per_step"] = (time.perf_counter() - t_start) / steps_run
+    summary["steps"] = step
+    checkpoint()

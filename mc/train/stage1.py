@@ -27,12 +27,12 @@ import torch
 from tqdm.auto import tqdm
 
 from mc.config import RunConfig, to_dict, validate
+from mc.data.split import VAL_SEED_OFFSET
+from mc.io import clean_stale_tmp
 from mc.nets.gpt import GPT, next_token_loss
 from mc.train.checkpoint import load_checkpoint, require_keys, restore_rng, rng_state, save_checkpoint
-from mc.train.common import MetricsLog, check_resume_config, make_sampler, setup_device
+from mc.train.common import check_resume_config, finish_loop, loop_io, resume_into, setup_device
 from mc.train.optim import lr_at, make_optimizer, set_lr
-
-VAL_SEED_OFFSET = 7919  # validation batches come from their own fixed-seed generator
 
 
 def _autocast(device: torch.device):
@@ -70,6 +70,7 @@ def train_stage1(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
     out = Path(run_dir) / "stage1"
     out.mkdir(parents=True, exist_ok=True)
     ckpt_path, base_path = out / "ckpt.pt", out / "base.pt"
+    clean_stale_tmp(out)  # a checkpoint write a killed run left half-done
 
     saved = load_checkpoint(ckpt_path) if ckpt_path.exists() else None
     if saved is not None:
@@ -86,16 +87,10 @@ def train_stage1(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
     model.train()
     optimizer = make_optimizer(model.parameters(), st)
     gen = torch.Generator().manual_seed(cfg.train.seed)  # batches (CPU generator: the samplers run on CPU)
-    step = 0
+    step = resume_into(saved, model, "model", optimizer)
     if saved is not None:
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        step = int(saved["step"])
         restore_rng(saved["rng"], gen)
-    train_data = make_sampler(cfg, "train", cfg.model.max_seq_len, max_files=max_files)
-    val_data = make_sampler(cfg, "val", cfg.model.max_seq_len, max_files=max_files)
-    metrics = MetricsLog(out / "metrics.jsonl", resume_step=step if saved is not None else None)
-    summary: dict[str, Any] = dict(saved.get("summary") or {}) if saved is not None else {}
+    train_data, val_data, metrics, summary = loop_io(cfg, out, cfg.model.max_seq_len, saved, step, max_files=max_files)
 
     def checkpoint() -> None:
         save_checkpoint(ckpt_path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
@@ -141,11 +136,7 @@ def train_stage1(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
             t_log, tokens_since = time.perf_counter(), 0
         if step % st.ckpt_every == 0 and step < end:
             checkpoint()
-    bar.close()
-    if steps_run:
-        summary["sec_per_step"] = (time.perf_counter() - t_start) / steps_run
-    summary["steps"] = step
-    checkpoint()
+    finish_loop(bar, summary, step, steps_run, t_start, checkpoint)
     if step >= st.steps:
         save_checkpoint(base_path, model.state_dict())  # weights only (atomic too)
     return dict(summary, skipped=False)

@@ -36,21 +36,13 @@ from tqdm.auto import tqdm
 from mc.build import build_controller
 from mc.config import RunConfig, to_dict, validate
 from mc.controller import MCController
+from mc.io import clean_stale_tmp
 from mc.train.checkpoint import load_checkpoint, require_keys, restore_rng, rng_state, save_checkpoint
-from mc.train.common import MetricsLog, check_resume_config, make_sampler, setup_device
+from mc.train.common import check_resume_config, finish_loop, loop_io, resume_into, setup_device
 from mc.train.optim import lr_at, make_optimizer, set_lr
 
-VAL_SEED_OFFSET = 104729  # validation batches and variants come from their own fixed-seed generator
+STAGE2_VAL_SEED_OFFSET = 104729  # stage-2 validation batches and variants: their own fixed-seed generator
 DATA_SEED_OFFSET = 1  # stage 2 draws other batches than stage 1
-
-
-def compile_on(cfg: RunConfig) -> bool:
-    c = cfg.compile
-    return any(m != "off" for net in (c.lensnet, c.gistnet) for m in (net.train, net.inference))
-
-
-def _train_compiled(cfg: RunConfig) -> bool:
-    return cfg.compile.lensnet.train != "off" or cfg.compile.gistnet.train != "off"
 
 
 def step_stats(out) -> dict[str, torch.Tensor]:
@@ -78,9 +70,9 @@ def evaluate_stage2(controller: MCController, sampler, cfg: RunConfig) -> dict[s
     ``end_micro_step()`` without a backward, the documented CUDA-graph-trees pattern.
     """
     st = cfg.train.stage2
-    gen = torch.Generator().manual_seed(cfg.train.seed + VAL_SEED_OFFSET)
+    gen = torch.Generator().manual_seed(cfg.train.seed + STAGE2_VAL_SEED_OFFSET)
     acc = []
-    with_grad = _train_compiled(cfg)
+    with_grad = cfg.compile.is_on("train")
     for _ in range(st.eval_batches):
         batch = sampler.sample(st.batch_size, cfg.mc.history_tokens, gen)
         with torch.set_grad_enabled(with_grad):
@@ -106,6 +98,7 @@ def train_stage2(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
     out_dir = run_dir / "stage2"
     out_dir.mkdir(parents=True, exist_ok=True)
     ckpt_path = out_dir / "ckpt.pt"
+    clean_stale_tmp(out_dir)  # a checkpoint write a killed run left half-done
     saved = load_checkpoint(ckpt_path) if ckpt_path.exists() else None
     if saved is not None:
         require_keys(saved, ("controller", "optimizer", "step", "rng", "config"), ckpt_path)
@@ -119,21 +112,15 @@ def train_stage2(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
     controller.lensnet.train()
     optimizer = make_optimizer(controller.aux_parameters(), st)
     gen = torch.Generator().manual_seed(cfg.train.seed + DATA_SEED_OFFSET)  # batches and variants
-    step = 0
-    if saved is not None:
-        controller.load_state_dict(saved["controller"])
-        optimizer.load_state_dict(saved["optimizer"])
-        step = int(saved["step"])
-    if compile_on(cfg):
+    step = resume_into(saved, controller, "controller", optimizer)
+    if cfg.compile.any_on:
         # Before the RNG restore: warm-up draws random inputs, and an uninterrupted run's RNG
         # state after its warm-up is exactly what the checkpoint saved.
         controller.warmup()
     if saved is not None:
         restore_rng(saved["rng"], gen)
-    train_data = make_sampler(cfg, "train", cfg.mc.history_tokens, max_files=max_files)
-    val_data = make_sampler(cfg, "val", cfg.mc.history_tokens, max_files=max_files)
-    metrics = MetricsLog(out_dir / "metrics.jsonl", resume_step=step if saved is not None else None)
-    summary: dict[str, Any] = dict(saved.get("summary") or {}) if saved is not None else {}
+    train_data, val_data, metrics, summary = loop_io(cfg, out_dir, cfg.mc.history_tokens, saved, step,
+                                                     max_files=max_files)
 
     def checkpoint() -> None:
         save_checkpoint(ckpt_path, {"controller": controller.state_dict(), "optimizer": optimizer.state_dict(),
@@ -186,10 +173,6 @@ def train_stage2(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
         t_log, seqs_since = time.perf_counter(), 0
         if step % st.ckpt_every == 0 and step < end:
             checkpoint()
-    bar.close()
-    if steps_run:
-        summary["sec_per_step"] = (time.perf_counter() - t_start) / steps_run
-    summary["steps"] = step
-    checkpoint()
+    finish_loop(bar, summary, step, steps_run, t_start, checkpoint)
     controller.telemetry.close()
     return dict(summary, skipped=False)
