@@ -37,6 +37,17 @@ def _plt():
     return plt
 
 
+def _save(plt, fig, path: str | Path, *, tight_layout: bool = True, **savefig_kw) -> Path:
+    """Lay out (unless the caller already placed a colour bar by hand), write ``path``, free the figure."""
+    if tight_layout:
+        fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, **savefig_kw)
+    plt.close(fig)
+    return path
+
+
 def plot_curves(series: dict[str, tuple[Sequence[float], Sequence[float]]], path: str | Path, *, title: str,
                 xlabel: str = "step", ylabel: str = "") -> Path:
     """Line plot of ``{label: (steps, values)}``."""
@@ -50,12 +61,7 @@ def plot_curves(series: dict[str, tuple[Sequence[float], Sequence[float]]], path
     ax.grid(alpha=0.3)
     if series:
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def _token_lods(entries: Sequence[Sequence[int]], block_size: int) -> tuple[list[int], list[int], list[int]]:
@@ -99,12 +105,7 @@ def plot_lod_map(record: dict, path: str | Path) -> Path:
     ax.set_title(f"{record.get('doc', '')}: {record.get('what', '')} ({n} tokens, K={K})", fontsize=9)
     ax.legend(handles=[Patch(color=colours[l], label=f"LOD{l} ({K ** l} tok)") for l in range(max_lod + 1)],
               loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path, bbox_inches="tight")
 
 
 def plot_eval_bars(metrics: dict, variants: Sequence[str], path: str | Path) -> Path:
@@ -127,12 +128,7 @@ def plot_eval_bars(metrics: dict, variants: Sequence[str], path: str | Path) -> 
         ax.set_title(name.replace("_", " "), fontsize=9)
         ax.tick_params(axis="x", labelrotation=30, labelsize=8)
         ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_long_range_heatmaps(long_range: dict, task: str, path: str | Path) -> Path:
@@ -159,8 +155,4 @@ def plot_long_range_heatmaps(long_range: dict, task: str, path: str | Path) -> P
     fig.suptitle(f"{task}: exact recall (budget {long_range['budget']} entries)", fontsize=10, y=1.06)
     if image is not None:
         fig.colorbar(image, ax=list(axes[0]), fraction=0.02, pad=0.02, label="exact recall")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path, bbox_inches="tight", tight_layout=False)

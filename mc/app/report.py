@@ -114,6 +114,15 @@ class _Report:
         self.missing.append(what)
         self.add(f"_Not available: {what} — {how}._", "")
 
+    def section_json(self, title: str, rel: str, what: str, how: str) -> dict | None:
+        """Start section ``title`` and read ``run_dir/rel``; when it is missing or unreadable, say
+        so (the read error, else ``how`` to produce it) and return None."""
+        self.add(f"## {title}", "")
+        data, err = read_json(self.run_dir / rel)
+        if data is None:
+            self.note_missing(f"{what} (`{rel}`)", err or how)
+        return data
+
 
 def _training(rep: _Report) -> None:
     from mc.app.plots import plot_curves  # noqa: PLC0415
@@ -194,11 +203,9 @@ def _long_range(rep: _Report, lr: dict) -> None:
 def _evaluation(rep: _Report) -> None:
     from mc.app.plots import plot_eval_bars, plot_lod_map  # noqa: PLC0415
 
-    rep.add("## Evaluation: same budget, four ways to read a long document", "")
-    ev, err = read_json(rep.run_dir / "eval" / "eval.json")
+    ev = rep.section_json("Evaluation: same budget, four ways to read a long document", "eval/eval.json", "evaluation",
+                          "run the evaluation stage (mc.eval.run_evaluation / scripts/mc_eval.py) to produce it")
     if ev is None:
-        rep.note_missing("evaluation (`eval/eval.json`)", err or "run the evaluation stage (mc.eval.run_evaluation / "
-                         "scripts/mc_eval.py) to produce it")
         return
     s = ev.get("settings", {})
     docs = ev.get("documents", {})
@@ -278,12 +285,9 @@ def _evaluation(rep: _Report) -> None:
 
 
 def _compile(rep: _Report) -> None:
-    rep.add("## Compile summary", "")
-    verdict, err = read_json(rep.run_dir / "harness" / "verdict.json")
-    if verdict is None:
-        rep.note_missing("harness verdict (`harness/verdict.json`)", err or "written when a compile flag is on and "
-                         "scripts/mc_compile_harness.py runs; an eager run has none")
-    else:
+    verdict = rep.section_json("Compile summary", "harness/verdict.json", "harness verdict", "written when a compile "
+                               "flag is on and scripts/mc_compile_harness.py runs; an eager run has none")
+    if verdict is not None:
         info = verdict.get("info", {}) if isinstance(verdict.get("info"), dict) else {}
         cg = verdict.get("cudagraph")
         cg_status = cg.get("status") if isinstance(cg, dict) else cg
@@ -332,11 +336,9 @@ def _compile(rep: _Report) -> None:
 def _bench(rep: _Report) -> None:
     from mc.app.bench import to_markdown  # noqa: PLC0415
 
-    rep.add("## Benchmarks", "")
-    res, err = read_json(rep.run_dir / "bench" / "bench.json")
+    res = rep.section_json("Benchmarks", "bench/bench.json", "benchmark", "run `python scripts/mc_bench.py --json "
+                           f"{(rep.run_dir / 'bench' / 'bench.json').as_posix()}` to produce it")
     if res is None:
-        rep.note_missing("benchmark (`bench/bench.json`)", err or "run `python scripts/mc_bench.py --json "
-                         f"{(rep.run_dir / 'bench' / 'bench.json').as_posix()}` to produce it")
         return
     try:
         rep.add(to_markdown(res).replace("### ", "", 1), "")
