@@ -115,8 +115,7 @@ class NetCompileConfig:
     train: str = "off"  # one of COMPILE_MODES
     inference: str = "off"  # one of COMPILE_MODES
 
-    def is_on(self, context: str) -> bool:
-        """This net compiles in ``context`` ("train" or "inference"): its mode is not "off"."""
+    def is_on(self, context: str) -> bool:  # the one "does this net compile in context?" test
         if context not in ("train", "inference"):
             raise ValueError(f"compile context {context!r}: expected 'train' or 'inference'")
         return getattr(self, context) != "off"
@@ -134,14 +133,11 @@ class CompileConfig:
     freeze: str = "fail"  # after warm-up: "fail" = set_stance("fail_on_recompile"), "warn", "off"
     cudagraph_strict: bool = False  # cudagraph_or_error + no graph partition (harness strict mode)
 
-    # The one place that answers "does anything compile?" (controller, warm-up, stage 2, eval, workflow gate).
-    def is_on(self, context: str) -> bool:
-        """Some net compiles in ``context`` ("train" or "inference")."""
+    def is_on(self, context: str) -> bool:  # some net compiles in context ("train" or "inference")
         return self.lensnet.is_on(context) or self.gistnet.is_on(context)
 
     @property
-    def any_on(self) -> bool:
-        """Some net compiles in some context (else everything runs eagerly and nothing needs warm-up)."""
+    def any_on(self) -> bool:  # some net compiles somewhere (else all is eager and nothing needs warm-up)
         return self.is_on("train") or self.is_on("inference")
 
 
@@ -375,10 +371,9 @@ def validate(cfg: RunConfig) -> RunConfig:
         _fail("eval.long_range.depths", list(lr.depths), "expected a non-empty list of fractions in [0, 1]")
     _positive("eval.long_range.n_per_cell", lr.n_per_cell)
     _positive("eval.long_range.n_needles", lr.n_needles)
-    for t in lr.tasks:
-        _choice("eval.long_range.tasks", t, LONG_TASKS)
-    for v in lr.variants:
-        _choice("eval.long_range.variants", v, LONG_RANGE_VARIANTS)
+    for key, allowed in (("tasks", LONG_TASKS), ("variants", LONG_RANGE_VARIANTS)):
+        for v in getattr(lr, key):
+            _choice(f"eval.long_range.{key}", v, allowed)
     if "random" in lr.variants and "focused" not in lr.variants:
         _fail("eval.long_range.variants", list(lr.variants), "'random' makes as many edits as 'focused' did: list both")
     return cfg
