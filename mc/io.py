@@ -9,7 +9,7 @@ which removes the temporaries a *killed* writer could not remove (no ``except`` 
 
 Temporary names are ``.<target name>.<random>.tmp`` (hidden, unique per writer), so two writers
 of different files in one folder never collide and ``clean_stale_tmp`` finds them by suffix.
-See obsidian "Runbook" (resuming a run) for where the clean-up runs.
+See obsidian "Training" (checkpoints and resume) for where the clean-up runs.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Owns storage and incremental gisting of the history (inference), and the batched fixed-length
 equivalent used in training (:func:`gist_levels`).
 
-Structure (DESIGN.md section 2): K-ary with K = ``block_size``; level 0 holds token ids and
+Structure (obsidian "Design", data model): K-ary with K = ``block_size``; level 0 holds token ids and
 their embeddings; node ``i`` of level ``L`` (1 <= L <= max_lod) is the gist of the K nodes
 ``i*K .. i*K+K-1`` of level ``L-1`` and so covers tokens ``[i*K**L, (i+1)*K**L)``. Only complete
 blocks become nodes, so level ``L`` always has ``num_tokens // K**L`` nodes.

@@ -1,8 +1,8 @@
 """Training variant sampler: a recency baseline plus random block-aligned compressions.
 
-Owns choosing, per training sequence, which working contexts stage 2 compares (DESIGN.md
-section 3). Every variant tiles the whole history, keeps the recent tail at LOD0 and respects the
-budget. Random variants start from the coarsest layout and expand uniformly chosen gists until
+Owns choosing, per training sequence, which working contexts stage 2 compares (obsidian
+"Design", learning). Every variant tiles the whole history, keeps the recent tail at LOD0 and
+respects the budget. Random variants start from the coarsest layout and expand uniformly chosen gists until
 they have the baseline's entry count. Every layout is some set of expansions of the coarsest one,
 and each expansion adds exactly K-1 entries, so the baseline's count is always reachable when the
 history has enough gists to expand; otherwise a variant stops with fewer entries (the batch pads).

@@ -1,8 +1,8 @@
 """The working context (WC): which tree nodes the base model reads, and their materialisation.
 
-Owns the WC data structure and its invariants (DESIGN.md section 2), the legal edits on it
-(expand, collapse, append), and turning it into tensors: :func:`materialize` for one sequence at
-inference (into a preallocated :class:`WCBuffer`) and :func:`gather_batched` for training.
+Owns the WC data structure and its invariants (obsidian "Design", "Working Context"), its legal
+edits (expand, collapse, append), and turning it into tensors: :func:`materialize` for one sequence
+at inference (into a preallocated :class:`WCBuffer`), :func:`gather_batched` for training.
 
 An entry is ``(lod, index)``: node ``index`` of level ``lod``, covering tokens
 ``[index*K**lod, (index+1)*K**lod)``. Invariants, checked by :meth:`WorkingContext.validate`:

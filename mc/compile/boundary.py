@@ -1,6 +1,6 @@
 """The compiled boundary: the one place LensNet and GistNet are compiled, called, cloned and marked.
 
-Rules it enforces or supports (DESIGN.md section 4, COMPILE_NOTES.md):
+Rules it enforces or supports (obsidian "Design" and "Compile notes"):
 - ``CompiledNet`` compiles a module once per compile mode with ``fullgraph=True, dynamic=False``
   (a graph break is an error; shapes come from a bucket ladder) and counts every call in plain
   Python outside the graph. ``run()`` returns the RAW output (for the controller's helpers only);

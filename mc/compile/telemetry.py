@@ -1,6 +1,6 @@
 """Call counters and the telemetry front-end of the compiled boundary.
 
-Everything here is plain Python that runs OUTSIDE any compiled region (DESIGN.md section 4): a
+Everything here is plain Python that runs OUTSIDE any compiled region (obsidian "Compile notes"): a
 counter inside a compiled forward would become a guard and recompile every call.
 
 - :class:`CallCounters`: per net (lensnet, gistnet) x context (train, inference): calls, rows

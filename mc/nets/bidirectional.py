@@ -4,7 +4,7 @@ Owns: ``BidirectionalAttention`` (multi-head attention through ``F.scaled_dot_pr
 optional boolean key mask, and an optional separate query input for learned-query pooling),
 ``BidirectionalMLP``, ``BidirectionalBlock`` (pre-norm residual block) and ``init_linear`` (the weight init both nets use).
 
-Everything here is compile-friendly (DESIGN.md section 4): no Python state is read or written in
+Everything here is compile-friendly (obsidian "Design", rules for compiled code): no Python state is read or written in
 ``forward``, shapes come only from the inputs, and the key mask is a tensor (never a length).
 """
 from __future__ import annotations

@@ -18,7 +18,7 @@ step and never all-zero for non-zero input. It is deliberately not exactly zero:
 out-projection would multiply every upstream gradient by zero, and only the out-projection would
 learn on the first step.
 
-Compile rules obeyed (DESIGN.md section 4): no Python state read or written in ``forward``, no
+Compile rules obeyed (obsidian "Design", rules for compiled code): no Python state read or written in ``forward``, no
 ``.item()``, no lists, static shapes; the shape checks read only ``.shape``/``.dim()``, which
 Dynamo treats as constants under ``dynamic=False``.
 """

@@ -28,7 +28,7 @@ are exactly 0. Scores of real entries therefore do not depend on how much paddin
 (tests check 1e-5). A row with no real entry at all lets its (padded) queries attend to every
 key instead of none, which keeps the softmax finite; its outputs are 0 like any padding.
 
-Compile rules obeyed (DESIGN.md section 4): constants (log K, 1/max_lod) are buffers made in
+Compile rules obeyed (obsidian "Design", rules for compiled code): constants (log K, 1/max_lod) are buffers made in
 ``__init__``; no Python state, ``.item()``, lists or data-dependent shapes in ``forward``; the
 input checks read only shapes and dtypes, which are static under ``dynamic=False``.
 """
