@@ -19,8 +19,11 @@ import torch
 from mc.config import ConfigError, NetCompileConfig, RunConfig, from_dict
 from _tiny_config import TINY  # shared (tests/_tiny_config.py)
 from mc.config_loading import compile_hash, load_config
-from mc.harness.run import CHECK_NAMES, resolve_harness_config, run_harness, split_harness_argv
-from mc.harness.checks import RawSpy, format_table, max_rel_err, recompile_guards, storage_ptrs
+from mc.harness.cli import resolve_harness_config, split_harness_argv
+from mc.harness.run import run_harness
+from mc.harness.record import HarnessRecord
+from mc.harness.verdict import CHECK_NAMES, build_verdict, format_table
+from mc.harness.probes import RawSpy, max_rel_err, recompile_guards, storage_ptrs
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "mc_compile_harness.py"
@@ -183,3 +186,37 @@ def test_table_names_the_failed_check():
     table = format_table(v)
     assert "VERDICT: FAIL (held_outputs)" in table
     assert any(line.startswith("held_outputs") and "FAIL" in line for line in table.splitlines())
+
+
+# ----------------------------------------------------------------------------- verdict from a plain record
+def _record(**kw) -> HarnessRecord:
+    """A hand-written record of a finished CUDA run that passes every check (each test breaks one)."""
+    phase = {"compiles": 3, "lazy_backward_compiles": 1, "recompiles": 0, "recompile_reasons": [], "graph_breaks": 0,
+             "graph_break_reasons": [], "cudagraph_recordings": 4, "cudagraph_skips": 0, "cudagraph_skip_reasons": [],
+             "compile_time_s": 1.5}
+    steady = {**phase, "compiles": 0, "lazy_backward_compiles": 0, "cudagraph_recordings": 0, "compile_time_s": 0.0}
+    base = dict(config_hash="h", device_type="cuda", device_label="cuda:X", compile_modes={"lensnet.train": "default"},
+                warmed=True, wall_s=1.0, tensors_checked=5, monitor={"warmup": phase, "steady": steady, "notes": []},
+                cudagraph_status="ok", held=[{"what": "a", "changed": False, "aliased": False, "max_abs_diff": 0.0}],
+                parity={k: (0.0, "-") for k in ("train scores", "accumulated grads", "lensnet inference",
+                                                "gistnet inference")},
+                memory={"baseline": {"allocated": 10, "reserved": 20}, "end": {"allocated": 10, "reserved": 20}},
+                counts=HarnessRecord.wanted_counts(),
+                net_calls={f"{n}/{c}": 1 for n in ("lensnet", "gistnet") for c in ("train", "inference")})
+    return HarnessRecord(**{**base, **kw})
+
+
+def test_verdict_is_built_from_a_plain_record():
+    v = build_verdict(_record())
+    assert v["passed"], format_table(v)
+    assert (v["device"], v["config_hash"], v["recompiles_after_warmup"], v["graph_breaks"]) == ("cuda:X", "h", 0, 0)
+    assert v["cudagraph"] == {"status": "ok", "recordings_warmup": 4, "recordings_steady": 0, "skips": 0}
+    json.dumps(v)  # plain data all the way down
+    grown = _record(memory={"baseline": {"allocated": 0, "reserved": 0}, "end": {"allocated": 64 << 20, "reserved": 0}})
+    failing = {"memory_flat": grown, "recompiles_after_warmup": _record(warmed=False),
+               "finite": _record(nonfinite=["train.total[0]"]),
+               "coverage": _record(counts={**HarnessRecord.wanted_counts(), "refocuses": 1}),
+               "eager_parity": _record(parity={"train scores": (0.5, "micro-step 0")})}
+    for name, rec in failing.items():
+        v = build_verdict(rec)
+        assert [n for n, c in v["checks"].items() if not c["passed"]] == [name], (name, format_table(v))

@@ -110,7 +110,7 @@ def _run_env(cfg: RunConfig, run_dir: Path) -> dict:
     import torch  # noqa: PLC0415
 
     from mc.build import resolve_device  # noqa: PLC0415
-    from mc.harness.checks import device_label  # noqa: PLC0415
+    from mc.harness.probes import device_label  # noqa: PLC0415
 
     device = resolve_device(cfg.train.device)
     try:
@@ -236,7 +236,7 @@ def _expected_identity(cfg: RunConfig) -> dict:
     import torch  # noqa: PLC0415
 
     from mc.build import resolve_device  # noqa: PLC0415
-    from mc.harness.checks import device_label  # noqa: PLC0415
+    from mc.harness.probes import device_label  # noqa: PLC0415
 
     return {"config_hash": compile_hash(cfg), "torch_version": torch.__version__,
             "device": device_label(resolve_device(cfg.train.device))}

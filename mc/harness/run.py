@@ -14,37 +14,25 @@ state that exercises every compiled call site the way training and inference do:
    each returned tensor must not share storage with the raw compiled output (``RawSpy``);
 4. a second identical round, between which device memory must stay flat (CUDA).
 
-Every check is reported with its numbers in a verdict dict (fields listed in :func:`run_harness`);
-``main`` is the CLI behind ``scripts/mc_compile_harness.py``. Test hooks, used only to prove the
-harness can fail: ``inject="recompile"`` (a call at an unwarmed shape after warm-up) and
-``inject="alias"`` (LensNet's helper skips its clone); also via env ``MC_HARNESS_INJECT``.
+What it observes goes into a plain :class:`mc.harness.record.HarnessRecord` (the measuring tools
+are in :mod:`mc.harness.probes`); :func:`mc.harness.verdict.build_verdict` turns the record into the
+verdict dict. The CLI is :mod:`mc.harness.cli`. Test hooks, used only to prove the harness can
+fail: ``inject="recompile"`` (a call at an unwarmed shape after warm-up) and ``inject="alias"``
+(LensNet's helper skips its clone); the CLI also takes them from env ``MC_HARNESS_INJECT``.
 """
 from __future__ import annotations
 
 import copy
-import json
-import os
-import shlex
-import sys
 import time
-from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import torch
 
-from mc.config import ConfigError, RunConfig, to_dict
-from mc.config_loading import COMPILE_FLAGS, load_config, parse_workflow_args
-from mc.harness.checks import (RawSpy, build_verdict, cuda_memory, format_table, grads_of, make_mwc, max_rel_err,
-                               recompile_guards, worst_grad_err)
-
-INJECTIONS = ("recompile", "alias")
-INJECT_ENV = "MC_HARNESS_INJECT"
-SCORE_TOL = 1e-3  # max |compiled - eager| / max |eager| (fp32; Inductor reorders reductions)
-GRAD_TOL = 2e-3  # the same for accumulated gradients
-MEMORY_TOL_BYTES = 4 << 20  # allowed growth of allocated / reserved CUDA memory between rounds
-N_REFOCUS = 6  # appends (each triggering a refocus) per inference round
-CHECK_NAMES = ("no_exception", "recompiles_after_warmup", "graph_breaks", "cudagraphs", "held_outputs",
-               "eager_parity", "finite", "memory_flat", "compile_time", "coverage")
+from mc.config import RunConfig
+from mc.harness.probes import (RawSpy, copy_weights, cuda_memory, device_label, grads_of, make_mwc, max_rel_err,
+                               net_calls, nonfinite, recompile_guards, worst_grad_err)
+from mc.harness.record import INJECTIONS, MIN_MICRO_STEPS, N_REFOCUS, HarnessRecord
+from mc.harness.verdict import build_verdict
 
 
 def compile_modes(cfg: RunConfig) -> dict[str, str]:
@@ -59,28 +47,23 @@ def _eager_cfg(cfg: RunConfig) -> RunConfig:
     return out
 
 
-class _Harness:
-    """State of one harness run; each phase is a method wrapped by :meth:`phase`."""
+class HarnessRun:
+    """One harness run: drives the controller phase by phase and fills :attr:`record`."""
 
     def __init__(self, cfg: RunConfig, *, strict: bool, base_weights: str | None, inject: str | None,
                  compile_budget_s: float, log: Callable[[str], None]) -> None:
         from mc.build import resolve_device  # noqa: PLC0415 - keeps `import mc.harness.run` light
+        from mc.config_loading import compile_hash  # noqa: PLC0415
 
         if inject not in (None, *INJECTIONS):
             raise ValueError(f"inject={inject!r}: expected one of {', '.join(INJECTIONS)} (or None)")
         self.cfg, self.strict, self.base_weights, self.inject, self.log = cfg, strict, base_weights, inject, log
-        self.compile_budget_s = compile_budget_s
         self.device = resolve_device(cfg.train.device)
         self.modes = compile_modes(cfg)
-        self.errors: list[dict] = []
-        self.recompile_errors: list[str] = []
-        self.tracked: list[tuple[str, torch.Tensor]] = []
-        self.held: list[dict] = []  # {"what", "changed", "aliased", "max_abs_diff"}
-        self.parity: dict[str, tuple[float, str]] = {}
-        self.memory: dict[str, Any] = {}
-        self.counts = {"train_micro_steps": 0, "optimizer_steps": 0, "refocuses": 0}
-        self.timings: dict[str, float] = {}
-        self.notes: list[str] = []
+        self.record = HarnessRecord(config_hash=compile_hash(cfg), device_type=self.device.type,
+                                    device_label=device_label(self.device), compile_modes=dict(self.modes),
+                                    strict=bool(strict), inject=inject, compile_budget_s=compile_budget_s)
+        self.tracked: list[tuple[str, torch.Tensor]] = []  # outputs tested for NaN/Inf at the end
         self.data_gen = torch.Generator().manual_seed(cfg.train.seed)
         self.ctl = self.twin = self.spy = self.opt = self.telemetry = None
         self._strict_ctx = None
@@ -97,20 +80,26 @@ class _Harness:
             text = f"{type(exc).__name__}: {exc}"
             guards = recompile_guards(text)
             if guards:
-                self.recompile_errors.append(f"[{name}] {guards}")
-            self.errors.append({"phase": name, "type": type(exc).__name__, "error": text[:4000]})
+                self.record.recompile_errors.append(f"[{name}] {guards}")
+            self.record.errors.append({"phase": name, "type": type(exc).__name__, "error": text[:4000]})
             self.log(f"[harness] {name} raised {text.splitlines()[0][:300]}")
             return False
         finally:
-            self.timings[name] = round(time.perf_counter() - t0, 3)
+            self.record.timings[name] = round(time.perf_counter() - t0, 3)
 
     def track(self, name: str, t: torch.Tensor) -> None:
         self.tracked.append((name, t.detach()))
 
-    def held_result(self, what: str, kept: torch.Tensor, copy_: torch.Tensor, aliased: bool) -> None:
+    def held_result(self, what: str, kept: torch.Tensor, copy_: torch.Tensor) -> None:
+        """A kept output compared with the copy taken right after its call (the poison test)."""
         diff = float((kept.detach().float() - copy_.float()).abs().max()) if kept.numel() else 0.0
-        self.held.append({"what": what, "changed": not torch.equal(kept.detach(), copy_), "aliased": aliased,
-                          "max_abs_diff": diff})
+        self.record.held.append({"what": what, "changed": not torch.equal(kept.detach(), copy_), "aliased": False,
+                                 "max_abs_diff": diff})
+
+    def check_alias(self, net: str, what: str, returned: torch.Tensor) -> None:
+        """Record ``returned`` as a failure if it shares storage with ``net``'s raw compiled output."""
+        if self.spy.aliased(net, returned):
+            self.record.held.append({"what": what, "changed": False, "aliased": True, "max_abs_diff": 0.0})
 
     # ------------------------------------------------------------------ phases
     def build(self) -> None:
@@ -122,9 +111,9 @@ class _Harness:
             if self.device.type == "cuda":
                 self._strict_ctx = strict_cudagraphs()
                 if self._strict_ctx.missing:
-                    self.notes.append(f"strict mode incomplete: this torch lacks {', '.join(self._strict_ctx.missing)}")
+                    self.record.notes.append(f"strict mode incomplete: this torch lacks {', '.join(self._strict_ctx.missing)}")
             else:
-                self.notes.append("strict CUDA-graph mode applies to CUDA only; ignored on " + self.device.type)
+                self.record.notes.append("strict CUDA-graph mode applies to CUDA only; ignored on " + self.device.type)
         self.telemetry = Telemetry(device=self.device).start()  # before any compile, so every event is seen
         self.ctl = build_controller(self.cfg, device=self.device, base_weights=self.base_weights,
                                     telemetry=self.telemetry)
@@ -132,7 +121,7 @@ class _Harness:
     def warmup(self) -> None:
         t0 = time.perf_counter()
         self.ctl.warmup(torch.Generator().manual_seed(self.cfg.train.seed))
-        self.timings["warmup_wall_s"] = round(time.perf_counter() - t0, 3)
+        self.record.timings["warmup_wall_s"] = round(time.perf_counter() - t0, 3)
         self.spy = RawSpy(self.ctl).install()
         self.opt = torch.optim.AdamW(self.ctl.aux_parameters(), lr=self.cfg.train.stage2.lr)
         if self.inject == "alias":  # test hook: LensNet's helper hands out the raw compiled output
@@ -143,15 +132,11 @@ class _Harness:
         from mc.compile.telemetry import Telemetry  # noqa: PLC0415
 
         self.twin = build_controller(_eager_cfg(self.cfg), device=self.device, telemetry=Telemetry(device=self.device))
-        self.sync_twin()
-
-    def sync_twin(self) -> None:
-        for name in ("base", "gistnet", "lensnet"):
-            getattr(self.twin, name).load_state_dict(getattr(self.ctl, name).state_dict())
+        copy_weights(self.ctl, self.twin)
 
     def train_round(self, *, parity: bool) -> None:
         c, cfg = self.ctl, self.cfg
-        n_micro = max(2, cfg.train.stage2.grad_accum)
+        n_micro = max(MIN_MICRO_STEPS, cfg.train.stage2.grad_accum)
         b, t = cfg.train.stage2.batch_size, cfg.mc.history_tokens
         ids = [torch.randint(0, 256, (b, t), generator=self.data_gen) for _ in range(n_micro)]
         seed = int(torch.randint(0, 2**31 - 1, (1,), generator=self.data_gen))
@@ -160,9 +145,7 @@ class _Harness:
         scores, kept = [], None
         for m, x in enumerate(ids):
             out = c.train_step(x, gen)
-            if self.spy.aliased("lensnet", out.scores):
-                self.held.append({"what": f"lensnet/train scores micro-step {m}", "changed": False, "aliased": True,
-                                  "max_abs_diff": 0.0})
+            self.check_alias("lensnet", f"lensnet/train scores micro-step {m}", out.scores)
             if m == 0:  # poison: kept across the next micro-steps (same shape: the same graph replays)
                 kept = (out.scores, out.scores.detach().clone())
             (out.total / n_micro).backward()
@@ -171,12 +154,12 @@ class _Harness:
             for k, v in (("total", out.total), ("lm_loss", out.lm_loss), ("scores", out.scores),
                          ("preference", out.preference.loss)):
                 self.track(f"train.{k}[{m}]", v)
-        self.held_result("lensnet/train scores of micro-step 0 after later micro-steps", kept[0], kept[1], False)
+        self.held_result("lensnet/train scores of micro-step 0 after later micro-steps", kept[0], kept[1])
         grads = {**grads_of(c.gistnet, "gistnet"), **grads_of(c.lensnet, "lensnet")}
         for k, g in grads.items():
             self.track(f"grad.{k}", g)
         if parity:
-            self.sync_twin()
+            copy_weights(self.ctl, self.twin)
             gen_e = torch.Generator().manual_seed(seed)
             for p in self.twin.aux_parameters():
                 p.grad = None
@@ -187,12 +170,12 @@ class _Harness:
                 self.twin.end_micro_step()
                 err = max_rel_err(scores[m], out_e.scores)
                 worst = max(worst, (err, f"micro-step {m}"))
-            self.parity["train scores"] = worst
+            self.record.parity["train scores"] = worst
             ref = {**grads_of(self.twin.gistnet, "gistnet"), **grads_of(self.twin.lensnet, "lensnet")}
-            self.parity["accumulated grads"] = worst_grad_err(grads, ref)
+            self.record.parity["accumulated grads"] = worst_grad_err(grads, ref)
         self.opt.step()
-        self.counts["train_micro_steps"] += n_micro
-        self.counts["optimizer_steps"] += 1
+        self.record.counts["train_micro_steps"] += n_micro
+        self.record.counts["optimizer_steps"] += 1
 
     def inference_round(self) -> None:
         c, mc, inf = self.ctl, self.cfg.mc, self.cfg.allocator.inference
@@ -203,14 +186,14 @@ class _Harness:
         c.refocus()
         self.track("inference.next_token_logits", c.next_token_logits())
         s.wc.validate()
-        self.counts["refocuses"] += len(s.refocus_log)
+        self.record.counts["refocuses"] += len(s.refocus_log)
 
     def held_outputs(self) -> None:
         """Poison test at inference (both nets): keep A, run B, C (A's shape), D; A must not change."""
         c, mc, d = self.ctl, self.cfg.mc, self.cfg.model.d_model
         g = torch.Generator().manual_seed(self.cfg.train.seed + 1)
         lad, glad = mc.bucket_ladder, mc.gist_bucket_ladder
-        self.sync_twin()
+        copy_weights(self.ctl, self.twin)
         for net, sizes in (("lensnet", [lad[0], lad[-1], lad[0], lad[len(lad) // 2]]),
                            ("gistnet", [glad[0], glad[-1], glad[0], glad[len(glad) // 2]])):
             kept = snap = first_in = None
@@ -222,16 +205,14 @@ class _Harness:
                     x = torch.randn(size, mc.block_size, d, generator=g).to(self.device)
                     out = c.gist_blocks(x)
                 self.track(f"{net}/inference call {'ABCD'[i]}", out)
-                if self.spy.aliased(net, out):
-                    self.held.append({"what": f"{net}/inference call {'ABCD'[i]}", "changed": False, "aliased": True,
-                                      "max_abs_diff": 0.0})
+                self.check_alias(net, f"{net}/inference call {'ABCD'[i]}", out)
                 if i == 0:
                     kept, snap, first_in = out, out.detach().clone(), x
-            self.held_result(f"{net}/inference output A after calls B, C, D", kept, snap, False)
+            self.held_result(f"{net}/inference output A after calls B, C, D", kept, snap)
             with torch.no_grad():  # eager parity of the same call A
                 ref = (self.twin.lensnet_scores(first_in, 4 * sizes[0]) if net == "lensnet"
                        else self.twin.gist_blocks(first_in))
-            self.parity[f"{net} inference"] = (max_rel_err(snap, ref), "call A")
+            self.record.parity[f"{net} inference"] = (max_rel_err(snap, ref), "call A")
 
     def inject_recompile(self) -> None:
         """Test hook: one call at a shape warm-up never saw (must be reported as a recompile)."""
@@ -244,7 +225,7 @@ class _Harness:
             n = next(n for n in range(2, 10**6) if n not in mc.gist_bucket_ladder)
             with torch.no_grad():
                 c.compiled_gistnet.run(torch.randn(n, mc.block_size, d, device=self.device), context="inference")
-        elif any(mode != "off" for key, mode in self.modes.items() if key.endswith(".train")):
+        elif self.cfg.compile.is_on("train"):
             ids = torch.randint(0, 256, (self.cfg.train.stage2.batch_size + 1, mc.history_tokens), generator=g)
             c.train_step(ids, g).total.backward()
             c.end_micro_step()
@@ -252,7 +233,8 @@ class _Harness:
             raise ValueError("inject=recompile needs at least one compiled net/context (every compile mode is off)")
 
     # ------------------------------------------------------------------ the run
-    def run(self) -> dict:
+    def run(self) -> HarnessRecord:
+        """Every phase in order; the record is complete (monitor snapshot included) before clean-up."""
         t0 = time.perf_counter()
         try:
             ok = self.phase("build", self.build) and self.phase("warmup", self.warmup)
@@ -262,15 +244,27 @@ class _Harness:
                 self.phase("inference_round_1", self.inference_round)
                 if twin_ok:
                     self.phase("held_outputs", self.held_outputs)
-                self.memory["baseline"] = cuda_memory(self.device)
+                self.record.memory["baseline"] = cuda_memory(self.device)
                 self.phase("train_round_2", lambda: self.train_round(parity=False))
                 self.phase("inference_round_2", self.inference_round)
-                self.memory["end"] = cuda_memory(self.device)
+                self.record.memory["end"] = cuda_memory(self.device)
                 if self.inject == "recompile":
                     self.phase("inject_recompile", self.inject_recompile)
-            return self.verdict(ok, time.perf_counter() - t0)
+            self.finish(ok, time.perf_counter() - t0)
+            return self.record
         finally:
             self.cleanup()
+
+    def finish(self, warmed: bool, wall_s: float) -> None:
+        """Copy what the live objects observed into the record, while the monitor still runs."""
+        r = self.record
+        r.warmed, r.wall_s = warmed, wall_s
+        r.tensors_checked, r.nonfinite = len(self.tracked), nonfinite(self.tracked)
+        if self.ctl is not None:
+            r.net_calls = net_calls(self.ctl)
+        if self.telemetry is not None and self.telemetry.monitor.started:
+            r.monitor = self.telemetry.monitor.snapshot()
+            r.cudagraph_status = self.telemetry.cudagraph_status()
 
     def cleanup(self) -> None:
         from mc.compile.boundary import unfreeze  # noqa: PLC0415
@@ -286,144 +280,14 @@ class _Harness:
             self.telemetry.monitor.stop()
             self.telemetry.close()
 
-    # ------------------------------------------------------------------ verdict
-    def verdict(self, warmed: bool, wall_s: float) -> dict:
-        return build_verdict(self, warmed, wall_s)
-
 
 def run_harness(cfg: RunConfig, *, strict: bool = False, base_weights: str | None = None, inject: str | None = None,
                 compile_budget_s: float = 0.0, log: Callable[[str], None] = print) -> dict:
     """Run the harness on ``cfg`` as resolved (nothing is shrunk) and return the verdict.
 
-    Verdict: ``passed``, ``config_hash`` (:func:`mc.config_loading.compile_hash`), ``torch_version``,
-    ``device``, ``recompiles_after_warmup``, ``graph_breaks``, ``cudagraph`` {``status``,
-    ``recordings_warmup``, ``recordings_steady``, ``skips``}, ``checks`` {name: {``passed``,
-    ``value``, ``detail``}} for every name in :data:`CHECK_NAMES`, and ``info`` (modes, timings,
-    compile summaries, notes). Run it in a fresh process per config: Dynamo state is global.
+    The verdict's fields are listed in :func:`mc.harness.verdict.build_verdict`. Run it in a fresh
+    process per config: Dynamo state is global.
     """
-    return _Harness(cfg, strict=strict, base_weights=base_weights, inject=inject, compile_budget_s=compile_budget_s,
-                    log=log).run()
-
-
-# ============================================================================ CLI
-USAGE = """\
-usage: python scripts/mc_compile_harness.py [--json PATH] [--strict] [--base-weights PATH]
-                                            [--compile-budget SECONDS] [--inject recompile|alias]
-                                            [run10 flags] [key=value ...]
-
-Proves that the resolved config is safe to run compiled: builds the real controller, warms it
-up, then trains (>= 2 accumulated micro-steps + an optimizer step), runs an inference session
-with refocuses and GistNet tree appends, and checks: no exception, 0 recompiles after warm-up,
-0 graph breaks, CUDA graphs recorded in warm-up only (n/a on CPU), held outputs unchanged and
-never aliased, eager parity of scores and gradients, finite values, flat CUDA memory, compile
-time. Prints a table; exit 0 iff every check passes.
-
-Which nets are compiled: the run10 flags (--mc_compile_lensnet=1, --mc_compile_lensnet_inference=1,
---mc_compile_gistnet=1, --compile_mode MODE) or compile.* overrides, as in the workflow. With no
-compile flag and a config that compiles nothing, the harness turns on what mc_run.sh turns on:
-reduce-overhead for LensNet train + inference and GistNet.
-
-  --json PATH            write the verdict JSON there
-  --strict               CUDA: triton.cudagraph_or_error + no graph partition (a skip raises)
-  --base-weights PATH    stage-1 weights for the base model (default: fresh weights)
-  --compile-budget S     fail the compile_time check above S seconds (default: report only)
-  --inject KIND          test hook proving the harness can fail: "recompile" (a call at an unwarmed
-                         shape after warm-up) or "alias" (LensNet's helper skips its clone);
-                         also env MC_HARNESS_INJECT
-examples:
-  python scripts/mc_compile_harness.py --json v.json
-  python scripts/mc_compile_harness.py --preset smoke --mc_compile_lensnet_inference=1
-  TORCH_LOGS=recompiles python scripts/mc_compile_harness.py compile.freeze=warn
-"""
-
-_HARNESS_VALUE_FLAGS = {"--json": "json", "--base-weights": "base_weights", "--compile-budget": "compile_budget",
-                        "--inject": "inject"}
-
-
-def split_harness_argv(argv: Sequence[str]) -> tuple[dict, list[str]]:
-    """Take the harness's own flags out of ``argv``; the rest is for ``parse_workflow_args``."""
-    opts: dict[str, Any] = {"strict": False, "help": False}
-    rest: list[str] = []
-    items, i = list(argv), 0
-    while i < len(items):
-        item = items[i]
-        i += 1
-        name, eq, value = item.partition("=")
-        if item in ("-h", "--help"):
-            opts["help"] = True
-        elif item == "--strict":
-            opts["strict"] = True
-        elif name in _HARNESS_VALUE_FLAGS:
-            if not eq:
-                if i >= len(items):
-                    raise ConfigError(f"flag {name} needs a value ({name}=VALUE or {name} VALUE)")
-                value, i = items[i], i + 1
-            opts[_HARNESS_VALUE_FLAGS[name]] = value
-        else:
-            rest.append(item)
-    if opts.get("inject") not in (None, *INJECTIONS):
-        raise ConfigError(f"flag --inject={opts['inject']!r} is invalid: expected one of {', '.join(INJECTIONS)}")
-    if "compile_budget" in opts:
-        try:
-            opts["compile_budget"] = float(opts["compile_budget"])
-        except ValueError:
-            raise ConfigError(f"flag --compile-budget={opts['compile_budget']!r} is invalid: expected seconds") from None
-    return opts, rest
-
-
-def resolve_harness_config(argv: Sequence[str]) -> tuple[RunConfig, list[str], bool]:
-    """Resolve like the workflow; with no compile requested anywhere, force mc_run.sh's compile flags.
-
-    Returns ``(cfg, hydra_overrides, forced)``.
-    """
-    args = parse_workflow_args(argv)
-    overrides = args.hydra_overrides()
-    cfg = load_config(overrides)
-    forced = False
-    if not args.any_compile and all(m == "off" for m in compile_modes(cfg).values()):
-        args.compile_flags = {flag: True for flag in COMPILE_FLAGS}
-        overrides = args.hydra_overrides()
-        cfg = load_config(overrides)
-        forced = True
-    return cfg, overrides, forced
-
-
-def write_json_atomic(path: str | Path, data: dict) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        opts, rest = split_harness_argv(argv)
-        if opts["help"]:
-            print(USAGE)
-            return 0
-        cfg, overrides, forced = resolve_harness_config(rest)
-        inject = opts.get("inject") or os.environ.get(INJECT_ENV) or None
-        if inject not in (None, *INJECTIONS):
-            raise ConfigError(f"{INJECT_ENV}={inject!r} is invalid: expected one of {', '.join(INJECTIONS)}")
-        from mc.build import resolve_device  # noqa: PLC0415
-
-        resolve_device(cfg.train.device)  # train.device=cuda without a GPU: a clear error, not a traceback
-    except (ConfigError, RuntimeError) as exc:
-        print(f"mc_compile_harness: error: {exc}", file=sys.stderr)
-        return 2
-    if forced:
-        print("[harness] no compile requested: testing what mc_run.sh turns on "
-              "(reduce-overhead for lensnet train+inference and gistnet)")
-    print(f"[harness] overrides: {' '.join(overrides) or '(none)'}")
-    print(f"[harness] compile modes: {compile_modes(cfg)}")
-    verdict = run_harness(cfg, strict=opts["strict"], base_weights=opts.get("base_weights"), inject=inject,
-                          compile_budget_s=opts.get("compile_budget", 0.0))
-    verdict["info"].update(overrides=overrides, forced_compile=forced, config=to_dict(cfg),
-                           command="python scripts/mc_compile_harness.py " + shlex.join(argv))
-    print(format_table(verdict))
-    if opts.get("json"):
-        write_json_atomic(opts["json"], verdict)
-        print(f"[harness] verdict written to {opts['json']}")
-    return 0 if verdict["passed"] else 1
+    record = HarnessRun(cfg, strict=strict, base_weights=base_weights, inject=inject,
+                        compile_budget_s=compile_budget_s, log=log).run()
+    return build_verdict(record)
