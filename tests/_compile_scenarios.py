@@ -19,12 +19,13 @@ runs, on one controller compiled with ``mode`` for both nets and both contexts (
 
 It prints one line ``RESULT_JSON:{...}`` (also written to ``$MC_GPU_RESULTS`` when set) and exits 1
 when the scenario raised (the error text is in the JSON, so an "overwritten by a subsequent run"
-error is reported, not lost). The tiny config is importable: ``tiny_config(mode)``.
+error is reported, not lost). The config is the shared tiny one (tests/_tiny_config.py); the
+controllers come from :func:`mc.build.build_controller` and the measuring tools (raw-output spy,
+working-context inputs, gradients, CUDA memory, net-call counts) are the compile harness's
+(:mod:`mc.harness.probes`), so the scenarios and the harness measure the same way.
 """
 from __future__ import annotations
 
-import copy
-import gc
 import json
 import os
 import sys
@@ -33,85 +34,28 @@ import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for path in (ROOT, ROOT / "tests"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
 
 import torch  # noqa: E402
 
-from mc.compile.telemetry import Telemetry  # noqa: E402
-from mc.config import (GistNetConfig, LensNetConfig, MCConfig, ModelConfig, RunConfig,  # noqa: E402
-                       validate)
+from _tiny_config import D, K, tiny_config  # noqa: E402 - the one tiny test config
+from mc.build import build_controller  # noqa: E402
 from mc.controller import MCController  # noqa: E402
-from mc.nets.gistnet import GistNet  # noqa: E402
-from mc.nets.gpt import GPT  # noqa: E402
-from mc.nets.lensnet import LensNet  # noqa: E402
-from mc.working_context import MaterializedWC, WCBuffer  # noqa: E402
+from mc.harness.probes import RawSpy, copy_weights, cuda_memory, grads_of, make_mwc, net_calls  # noqa: E402
+from mc.working_context import MaterializedWC  # noqa: E402
 
 MARK = "RESULT_JSON:"
-D, K = 32, 4
 LOOP_MICRO_STEPS = 50
 GRAD_ACCUM = 2
 REFOCUSES = 20
 
 
-def tiny_config(mode: str = "off", *, freeze: str = "fail") -> RunConfig:
-    """The smallest config that still has two LODs, two WC buckets and three gist buckets.
-
-    Training shapes: B=2 sequences x V=3 variants = 6 rows at W=32; GistNet sees 32 and 8 blocks.
-    """
-    cfg = RunConfig()
-    cfg.model = ModelConfig(d_model=D, n_layers=1, n_heads=2, max_seq_len=128)
-    cfg.gistnet = GistNetConfig(d_model=D, n_layers=1, n_heads=2)
-    cfg.lensnet = LensNetConfig(d_model=D, n_layers=1, n_heads=2)
-    cfg.mc = MCConfig(block_size=K, max_lod=2, max_entries=32, recent_tokens=8, bucket_ladder=[16, 32],
-                      gist_bucket_ladder=[1, 4, 16], history_tokens=64, n_random_variants=2)
-    cfg.train.stage2.batch_size = 2
-    cfg.train.device = "cpu"
-    cfg.eval.tail_tokens = 8
-    cfg.telemetry.jsonl = False
-    for net in (cfg.compile.lensnet, cfg.compile.gistnet):
-        net.train = net.inference = mode
-    cfg.compile.freeze = freeze
-    return validate(cfg)
-
-
-def make_nets(cfg: RunConfig, device: torch.device, seed: int = 0):
-    torch.manual_seed(seed)
-    base = GPT(cfg.model).to(device)
-    gist = GistNet(cfg.gistnet, cfg.model.d_model, cfg.mc.block_size).to(device)
-    lens = LensNet(cfg.lensnet, cfg.model.d_model, cfg.mc.block_size, cfg.mc.max_lod).to(device)
-    return base, gist, lens
-
-
-def random_mwc(size: int, length: int, seed: int, device: torch.device) -> MaterializedWC:
-    """A materialised WC of bucket ``size`` with ``length`` real entries and seeded random content."""
-    g = torch.Generator().manual_seed(seed)
-    buf = WCBuffer(size, D, device=device)
-    buf.embeds.copy_(torch.randn(size, D, generator=g))
-    buf.mask[:length], buf.mask[length:] = True, False
-    buf.positions.copy_(torch.arange(size, dtype=torch.float32) * 3.0)
-    buf.lods.copy_(torch.randint(0, 3, (size,), generator=g))
-    return MaterializedWC(embeds=buf.embeds, mask=buf.mask, positions=buf.positions, lods=buf.lods,
-                          token_ids=buf.token_ids, length=length, bucket=size)
-
-
-class RawSpy:
-    """Wraps ``CompiledNet.run`` (instance attribute) to record the raw outputs' data pointers."""
-
-    def __init__(self, compiled_net) -> None:
-        self.net = compiled_net
-        self.orig = compiled_net.run
-        self.ptrs: list[int] = []
-        compiled_net.run = self
-
-    def __call__(self, *args, **kwargs):
-        out = self.orig(*args, **kwargs)
-        self.ptrs.append(out.data_ptr())  # only the address: holding the raw tensor would pin the pool
-        return out
-
-    def take(self) -> list[int]:
-        ptrs, self.ptrs = self.ptrs, []
-        return ptrs
+def random_mwc(size: int, length: int, seed: int, device: torch.device | str) -> MaterializedWC:
+    """:func:`mc.harness.probes.make_mwc` with its own seeded generator (LODs over all of TINY's levels)."""
+    return make_mwc(size, length, D, device=torch.device(device), generator=torch.Generator().manual_seed(seed),
+                    max_lod=2)
 
 
 def _clones(c: MCController, net: str, ctx: str) -> int:
@@ -119,20 +63,21 @@ def _clones(c: MCController, net: str, ctx: str) -> int:
 
 
 def _calls(c: MCController, net: str, ctx: str) -> int:
-    return c.telemetry.counters.totals[net][ctx]["calls"]
+    return net_calls(c)[f"{net}/{ctx}"]
 
 
 def held_outputs(c: MCController, e: MCController, device: torch.device, tol: float) -> dict:
     """Keep A, run B, C, D with different inputs, then check A (snapshot and eager twin)."""
-    spies = {"lensnet": RawSpy(c.compiled_lensnet), "gistnet": RawSpy(c.compiled_gistnet)}
+    spy = RawSpy(c).install()
     report: dict = {"raw_returned": [], "clone_deltas": [], "checks": {}}
 
     def helper_call(net: str, ctx: str, fn):
         calls0, clones0 = _calls(c, net, ctx), _clones(c, net, ctx)
+        spy.last.clear()  # only this call's raw output counts
         out = fn()
-        raw = spies[net].take()
         held = out.scores if hasattr(out, "scores") else out  # train_step: the helper's scores
-        report["raw_returned"] += [p == held.data_ptr() for p in raw]
+        if net in spy.last:
+            report["raw_returned"].append(spy.aliased(net, held))
         report["clone_deltas"].append([_calls(c, net, ctx) - calls0, _clones(c, net, ctx) - clones0])
         return out
 
@@ -190,17 +135,13 @@ def held_outputs(c: MCController, e: MCController, device: torch.device, tol: fl
         c.end_micro_step()
     check("lensnet_train", sa.detach(), sa_snap, sa_eager)
     report["raw_spy_calls"] = len(report["raw_returned"])
-    for s in spies.values():
-        s.net.run = s.orig
+    spy.uninstall()
     return report
 
 
 def _grads(c: MCController) -> dict:
-    out = {}
-    for prefix, mod in (("gistnet", c.gistnet), ("lensnet", c.lensnet)):
-        for name, p in mod.named_parameters():
-            out[f"{prefix}.{name}"] = p.grad
-    return out
+    """Every trainable parameter's gradient (a missing one as zeros: eager leaves unused ones None)."""
+    return {**grads_of(c.gistnet, "gistnet"), **grads_of(c.lensnet, "lensnet")}
 
 
 def parity(c: MCController, e: MCController, device: torch.device, tol: float) -> dict:
@@ -228,11 +169,6 @@ def parity(c: MCController, e: MCController, device: torch.device, tol: float) -
     bad, worst, n_nonzero = [], 0.0, 0
     for name, gcn in gc_.items():
         gen_ = ge[name]
-        if gcn is None and gen_ is None:
-            continue
-        # a parameter without a grad on one side compares as zeros (eager leaves it None)
-        gcn = torch.zeros_like(gen_) if gcn is None else gcn
-        gen_ = torch.zeros_like(gcn) if gen_ is None else gen_
         n_nonzero += int(bool(gen_.any()))
         worst = max(worst, float((gcn - gen_).abs().max()))
         if not torch.allclose(gcn, gen_, rtol=tol, atol=tol):
@@ -254,14 +190,6 @@ def parity(c: MCController, e: MCController, device: torch.device, tol: float) -
     return rep
 
 
-def _mem(device: torch.device) -> dict | None:
-    if device.type != "cuda":
-        return None
-    gc.collect()
-    torch.cuda.synchronize()
-    return {"allocated": torch.cuda.memory_allocated(), "reserved": torch.cuda.memory_reserved()}
-
-
 def steady_loop(c: MCController, device: torch.device) -> dict:
     """50 micro-steps (accumulation 2, AdamW), then a session with 20 refocuses; memory on CUDA."""
     opt = torch.optim.AdamW(c.aux_parameters(), lr=1e-3)
@@ -270,7 +198,7 @@ def steady_loop(c: MCController, device: torch.device) -> dict:
     out = None
     for step in range(LOOP_MICRO_STEPS):
         if step == 2 * GRAD_ACCUM:  # optimizer state now exists: memory must stay flat from here on
-            rep["mem_train_before"] = _mem(device)
+            rep["mem_train_before"] = cuda_memory(device)
         ids = torch.randint(0, 256, (c.cfg.train.stage2.batch_size, c.cfg.mc.history_tokens), generator=gen)
         out = c.train_step(ids, gen)
         (out.total / GRAD_ACCUM).backward()
@@ -279,7 +207,7 @@ def steady_loop(c: MCController, device: torch.device) -> dict:
             opt.step()
             c.zero_grad(opt)
         rep["losses"].append(out.total.detach())
-    rep["mem_train_after"] = _mem(device)
+    rep["mem_train_after"] = cuda_memory(device)
     losses = torch.stack(rep.pop("losses")).cpu()
     rep.update(micro_steps=LOOP_MICRO_STEPS, optimizer_steps=LOOP_MICRO_STEPS // GRAD_ACCUM,
                losses_finite=bool(torch.isfinite(losses).all()), first_loss=float(losses[0]),
@@ -295,11 +223,11 @@ def steady_loop(c: MCController, device: torch.device) -> dict:
         c.append(torch.randint(0, 256, (3,), generator=g), refocus=False)
         r = c.refocus()
         iters, edits = iters + r.iterations, edits + len(r.edits)
-    rep["mem_refocus_before"] = _mem(device)
+    rep["mem_refocus_before"] = cuda_memory(device)
     for _ in range(10):  # refocus only: nothing grows, so memory must stay flat
         r = c.refocus()
         iters, edits = iters + r.iterations, edits + len(r.edits)
-    rep["mem_refocus_after"] = _mem(device)
+    rep["mem_refocus_after"] = cuda_memory(device)
     toks = c.generate(4)
     rep.update(refocuses=len(s.refocus_log), refocus_iterations=iters, edits=edits,
                lensnet_inference_calls=_calls(c, "lensnet", "inference") - lens0, generated=toks.tolist(),
@@ -312,16 +240,14 @@ def steady(mode: str, device_name: str) -> dict:
     tol = 1e-4 if device.type == "cpu" else 2e-3
     res: dict = {"mode": mode, "device": str(device), "torch": torch.__version__}
     t0 = time.perf_counter()
-    cfg = tiny_config(mode)
-    base, gist, lens = make_nets(cfg, device)
-    gist_e, lens_e = copy.deepcopy(gist), copy.deepcopy(lens)  # identical weights, never compiled
-    c = MCController(cfg, base, gist, lens, device=device)
-    e = MCController(tiny_config("off"), base, gist_e, lens_e, device=device, telemetry=Telemetry())
+    c = build_controller(tiny_config(mode), device=device)
+    e = build_controller(tiny_config("off"), device=device)  # the eager twin: never compiled
+    copy_weights(c, e)  # identical weights (both are built from train.seed already; this makes it explicit)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     c.warmup()
     res["warmup_s"] = round(time.perf_counter() - t0, 2)
-    res["mem_after_warmup"] = _mem(device)
+    res["mem_after_warmup"] = cuda_memory(device)
     t1 = time.perf_counter()
     res["held"] = held_outputs(c, e, device, tol)
     res["parity"] = parity(c, e, device, tol)

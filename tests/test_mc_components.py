@@ -24,8 +24,10 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _compile_scenarios import D, K, make_nets, random_mwc, tiny_config  # noqa: E402
+from _compile_scenarios import random_mwc  # noqa: E402 - mc.harness.probes.make_mwc, seeded
+from _tiny_config import D, K, tiny_config  # noqa: E402 - the one tiny test config
 
+from mc.build import build_nets  # noqa: E402
 from mc.compile.boundary import StepMarker  # noqa: E402
 from mc.controller import MCController  # noqa: E402
 from mc.nets.gpt import GPT  # noqa: E402
@@ -91,7 +93,7 @@ def _mock_controller(log: list, **alloc) -> MCController:
 
 def _real_controller() -> MCController:
     cfg = tiny_config("off")
-    base, gist, lens = make_nets(cfg, torch.device("cpu"))
+    base, gist, lens = build_nets(cfg, torch.device("cpu"))
     return MCController(cfg, base, gist, lens)
 
 
