@@ -184,6 +184,8 @@ class TrainConfig:
     seed: int = 1234
     stage1: StageConfig = field(default_factory=StageConfig)
     stage2: StageConfig = field(default_factory=lambda: StageConfig(steps=150, batch_size=2, grad_accum=2, lr=1e-3))
+    log_every: int = 1  # stage 2: optimizer steps per metrics fetch (each fetch is one host-device sync)
+    prefetch: int = 2  # stage 2: micro-steps whose host work a background thread prepares ahead (0 = inline)
 
 
 @dataclass
@@ -344,6 +346,9 @@ def validate(cfg: RunConfig) -> RunConfig:
 
     t = cfg.train
     _choice("train.device", t.device, DEVICES)
+    _positive("train.log_every", t.log_every)
+    if not isinstance(t.prefetch, int) or isinstance(t.prefetch, bool) or t.prefetch < 0:
+        _fail("train.prefetch", t.prefetch, "expected an integer >= 0 (0 = host work inline, no thread)")
     for stage in ("stage1", "stage2"):
         s = getattr(t, stage)
         for k in ("batch_size", "grad_accum", "eval_every", "eval_batches", "ckpt_every"):

@@ -36,8 +36,9 @@ from mc.nets.losses import PreferenceResult, preference_loss, shared_tail_loss
 from mc.nets.positional import lod_rotary_cos_sin
 from mc.session import InferenceSession, RefocusRecord
 from mc.tree import gist_levels
-from mc.variants import sample_variants
-from mc.working_context import MaterializedWC, WCBuffer, bucket_for, gather_batched
+from mc.gather import gather_planned
+from mc.step_plan import StepPlan, plan_micro_step
+from mc.working_context import MaterializedWC, WCBuffer, bucket_for
 
 
 @dataclass
@@ -143,35 +144,34 @@ class MCController:
 
     # ------------------------------------------------------------------ training
 
-    def train_step(self, ids_bt: Tensor, generator: torch.Generator) -> TrainStepOutput:
-        """One stage-2 micro-step forward: variants -> base-model losses -> LensNet preference loss.
+    def prepare_step(self, ids_bt: Tensor, generator: torch.Generator) -> StepPlan:
+        """Host half of a micro-step (variants, gather tables, LOD maps; CPU, pinned for CUDA). No
+        device work: :mod:`mc.train.prefetch` runs it for the next micro-step while this one runs."""
+        return plan_micro_step(ids_bt, self.cfg.mc, self.train_bucket, generator, pin=self.device.type == "cuda")
 
-        The caller runs ``out.total.backward()`` and then :meth:`end_micro_step`.
-        """
-        mc = self.cfg.mc
-        b, t = ids_bt.shape
-        if t != mc.history_tokens:
-            raise ValueError(f"train_step: sequences have {t} tokens, the config trains on mc.history_tokens="
-                             f"{mc.history_tokens}")
-        ids_bt = ids_bt.to(self.device)
+    def train_step(self, ids_bt: Tensor, generator: torch.Generator) -> TrainStepOutput:
+        """One stage-2 micro-step forward, ``run_step(prepare_step(ids_bt, generator))``: variants ->
+        base-model losses -> LensNet preference loss. The caller runs ``out.total.backward()`` and
+        then :meth:`end_micro_step`."""
+        return self.run_step(self.prepare_step(ids_bt, generator))
+
+    def run_step(self, plan: StepPlan) -> TrainStepOutput:
+        """Device half of a micro-step: no host-device sync (obsidian "Training")."""
+        mc, w = self.cfg.mc, self.train_bucket
+        if plan.index.shape[1] != w:
+            raise ValueError(f"run_step: the plan is padded to {plan.index.shape[1]} entries, training uses {w}")
+        p = plan.to(self.device)
+        b, v, t = p.batch, p.variants, p.ids.shape[1]
         with torch.set_grad_enabled(not mc.freeze_base and torch.is_grad_enabled()):
-            embeds_btd = self.base.embed(ids_bt)
+            embeds_btd = self.base.embed(p.ids)
         levels = gist_levels(embeds_btd, mc.block_size, mc.max_lod, lambda x: self._run_gistnet(x, "train"))
-        wcs = []
-        for _ in range(b):
-            wcs += sample_variants(t, block_size=mc.block_size, max_lod=mc.max_lod, max_entries=mc.max_entries,
-                                   recent_tokens=mc.recent_tokens, n_random=mc.n_random_variants, generator=generator)
-        v = self.variants_per_sequence
-        batch = gather_batched(levels, wcs, self.train_bucket, token_ids=ids_bt)
-        logits = self.base_logits(batch["embeds"], batch["positions"], batch["lods"], batch["mask"])
-        tail = shared_tail_loss(logits, batch["token_ids"], batch["lengths"], mc.recent_tokens)  # [R]
+        embeds, mask = gather_planned(levels, p.index, p.lengths)  # [R, W, D], [R, W]
+        logits = self.base_logits(embeds, p.positions, p.lods, mask)
+        tail = shared_tail_loss(logits, p.token_ids, p.lengths, mc.recent_tokens)  # [R]
         num_tokens = torch.full((b * v,), float(t), device=self.device)
-        scores = self._run_lensnet_batched(batch["embeds"].detach(), batch["mask"], batch["positions"],
-                                           batch["lods"], num_tokens)  # [R, W]
-        lod_map = torch.stack([wc.lod_map() for wc in wcs]).to(self.device).view(b, v, t)
-        w = self.train_bucket
-        pref = preference_loss(scores.view(b, v, w), batch["mask"].view(b, v, w), batch["positions"].view(b, v, w),
-                               batch["lods"].view(b, v, w), lod_map, tail.detach().view(b, v),
+        scores = self._run_lensnet_batched(embeds.detach(), mask, p.positions, p.lods, num_tokens)  # [R, W]
+        pref = preference_loss(scores.view(b, v, w), mask.view(b, v, w), p.positions.view(b, v, w),
+                               p.lods.view(b, v, w), p.lod_map, tail.detach().view(b, v),
                                block_size=mc.block_size, beta=mc.pref_beta, min_gap=mc.min_loss_gap)
         lm_loss = tail.mean()
         total = lm_loss + mc.lens_loss_weight * pref.loss

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from mc.config import PAD_ID
+from mc.gather import gather_planned, gather_tables, token_ids_of
 from mc.tree import LifetimeGistTree
 
 Entry = tuple[int, int]  # (lod, node index)
@@ -365,9 +366,9 @@ def gather_batched(levels: list[Tensor], wcs: list[WorkingContext], bucket: int,
     position of each LOD0 entry, -1 for gists and padding.
 
     Returns ``embeds [R, bucket, D]``, ``mask``, ``positions``, ``lods``, ``token_ids``,
-    ``token_index`` ([R, bucket]) and ``lengths [R]``. The index tables are built in Python over
-    entries; the embedding gather is one ``index_select`` over the concatenated level tables
-    (plus a zero row for padding).
+    ``token_index`` ([R, bucket]) and ``lengths [R]``. The index tables are built on the host
+    (:func:`mc.gather.gather_tables`), then moved; the embedding gather is one ``index_select``
+    over the concatenated level tables plus a zero row for padding (:func:`mc.gather.gather_planned`).
     """
     if not levels or any(not isinstance(l, Tensor) or l.dim() != 3 for l in levels):
         raise ValueError("gather_batched: levels must be a non-empty list of [B, N_L, D] tensors")
@@ -376,50 +377,14 @@ def gather_batched(levels: list[Tensor], wcs: list[WorkingContext], bucket: int,
     for lod, l in enumerate(levels):
         if l.shape[0] != B or l.shape[2] != D or l.shape[1] != T // K**lod:
             raise ValueError(f"gather_batched: level {lod} has shape {tuple(l.shape)}, expected [{B}, {T // K**lod}, {D}]")
-    R = len(wcs)
-    if R == 0 or R % B:
-        raise ValueError(f"gather_batched: {R} working contexts is not a positive multiple of B={B}")
-    V = R // B
-    max_lod = len(levels) - 1
-    sizes = [l.shape[1] for l in levels]
-    offsets = [0]
-    for s in sizes:
-        offsets.append(offsets[-1] + B * s)  # level L's rows start at offsets[L] in the flat table
-    pad_row = offsets[-1]
-    index = [[pad_row] * bucket for _ in range(R)]
-    lods = [[0] * bucket for _ in range(R)]
-    pos = [[0.0] * bucket for _ in range(R)]
-    tok_index = [[-1] * bucket for _ in range(R)]
-    lengths = []
-    for r, wc in enumerate(wcs):
-        b = r // V
-        if wc.num_tokens != T:
-            raise ValueError(f"gather_batched: working context {r} tiles {wc.num_tokens} tokens, levels hold T={T}")
-        if wc.max_lod > max_lod:
-            raise ValueError(f"gather_batched: working context {r} has max_lod={wc.max_lod} > {max_lod} levels given")
-        if len(wc) > bucket:
-            raise ValueError(f"gather_batched: working context {r} has {len(wc)} entries > bucket={bucket}")
-        lengths.append(len(wc))
-        for j, ((lod, idx), p) in enumerate(zip(wc.entries, wc.positions())):
-            index[r][j] = offsets[lod] + b * sizes[lod] + idx
-            lods[r][j] = lod
-            pos[r][j] = p
-            if lod == 0:
-                tok_index[r][j] = idx
+    tables = gather_tables(wcs, batch=B, tokens=T, max_lod=len(levels) - 1, bucket=bucket)
     dev = levels[0].device
-    table = torch.cat([l.reshape(-1, D) for l in levels] + [levels[0].new_zeros(1, D)])  # [sum B*N_L + 1, D]
-    index_t = torch.tensor(index, dtype=torch.long, device=dev)  # [R, bucket]
-    embeds = table.index_select(0, index_t.reshape(-1)).reshape(R, bucket, D)
-    lengths_t = torch.tensor(lengths, dtype=torch.long, device=dev)
-    mask = torch.arange(bucket, device=dev)[None, :] < lengths_t[:, None]
-    tok_index_t = torch.tensor(tok_index, dtype=torch.long, device=dev)
+    t = {k: v.to(dev) for k, v in tables.items() if k != "lod_map"}
+    embeds, mask = gather_planned(levels, t["index"], t["lengths"])
     ids = None
     if token_ids is not None:
         if tuple(token_ids.shape) != (B, T):
             raise ValueError(f"gather_batched: token_ids must be [B, T] = [{B}, {T}], got {tuple(token_ids.shape)}")
-        seq = (torch.arange(R, device=dev) // V)[:, None].expand(R, bucket)
-        ids = token_ids.to(dev)[seq, tok_index_t.clamp(min=0)]
-        ids = torch.where(tok_index_t >= 0, ids, PAD_ID)
-    return {"embeds": embeds, "mask": mask, "positions": torch.tensor(pos, dtype=torch.float32, device=dev),
-            "lods": torch.tensor(lods, dtype=torch.long, device=dev), "token_ids": ids,
-            "token_index": tok_index_t, "lengths": lengths_t}
+        ids = token_ids_of(token_ids, t["token_index"], len(wcs) // B)
+    return {"embeds": embeds, "mask": mask, "positions": t["positions"], "lods": t["lods"], "token_ids": ids,
+            "token_index": t["token_index"], "lengths": t["lengths"]}

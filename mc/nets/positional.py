@@ -90,7 +90,7 @@ def lod_amplitude(lods: Tensor, block_size: int, head_dim: int, base: float) -> 
         raise ValueError("lods must be an integer tensor [..., W] (the level of detail of each entry)")
     freqs = rope_frequencies(head_dim, base, device=lods.device)  # [hd/2]
     wavelengths = (2.0 * math.pi) / freqs  # [hd/2]
-    span = torch.pow(torch.tensor(float(block_size), device=lods.device), lods.to(torch.float32))  # [..., W]
+    span = torch.pow(float(block_size), lods.to(torch.float32))  # [..., W]; a scalar base: no host->device copy
     return torch.clamp(wavelengths / span.unsqueeze(-1), 0.0, 1.0)  # [..., W, hd/2]
 
 

@@ -5,16 +5,18 @@ Owns :func:`train_stage2`. Every GistNet/LensNet use goes through the controller
 
 One optimiser step = ``grad_accum`` micro-steps of::
 
-    batch = sampler.sample(B, mc.history_tokens, gen)      # recall docs + corpus windows
-    out = controller.train_step(batch.tokens, gen)         # variants -> losses -> preference
+    plan = prefetch.next()       # made ahead in a thread: sampler.sample(B, T, gen) + controller.prepare_step
+    out = controller.run_step(plan)                        # device half: losses -> preference, no sync
     (out.total / grad_accum).backward()
     controller.end_micro_step()                            # the one training step boundary
 
 then per-net gradient clipping (norm 1), ``optimizer.step()`` and ``controller.zero_grad(optimizer)`` (which keeps
 ``.grad`` allocated when CUDA graphs run). When any compile mode is on, ``controller.warmup()``
-runs every (bucket x mode) before the first step and freezes the compile cache.
+runs every (bucket x mode) before the first step and freezes the compile cache. ``train.prefetch``
+micro-steps of host work are made ahead (:class:`mc.train.prefetch.PlanPrefetcher`; 0 = inline).
 
-Logged per step to ``run_dir/stage2/metrics.jsonl``: ``lm_loss`` (shared-tail loss over all
+Logged every ``train.log_every`` steps (and on eval/checkpoint steps) to ``run_dir/stage2/metrics.jsonl``,
+means over the micro-steps since the last log (the one host sync of the loop): ``lm_loss`` (shared-tail loss over all
 variants: what GistNet learns from), ``pref_loss`` / ``pref_acc`` (LensNet's pairwise loss and
 the share of active entries whose score sign matches the target), ``baseline_loss``,
 ``best_loss`` (lowest variant loss per sequence, averaged) and ``gap`` = baseline - best,
@@ -40,6 +42,7 @@ from mc.io import clean_stale_tmp
 from mc.train.checkpoint import load_checkpoint, require_keys, restore_rng, rng_state, save_checkpoint
 from mc.train.common import check_resume_config, finish_loop, loop_io, resume_into, setup_device
 from mc.train.optim import lr_at, make_optimizer, set_lr
+from mc.train.prefetch import PlanPrefetcher
 
 STAGE2_VAL_SEED_OFFSET = 104729  # stage-2 validation batches and variants: their own fixed-seed generator
 DATA_SEED_OFFSET = 1  # stage 2 draws other batches than stage 1
@@ -122,9 +125,15 @@ def train_stage2(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
     train_data, val_data, metrics, summary = loop_io(cfg, out_dir, cfg.mc.history_tokens, saved, step,
                                                      max_files=max_files)
 
-    def checkpoint() -> None:
+    # Host work of the next micro-steps (batch, variants, gather tables) runs in a thread while the
+    # device runs this one; from here on only the prefetcher draws from `gen` (obsidian "Training").
+    prefetch = PlanPrefetcher(lambda: controller.prepare_step(
+        train_data.sample(st.batch_size, cfg.mc.history_tokens, gen).tokens, gen), gen, depth=cfg.train.prefetch)
+
+    def checkpoint() -> None:  # the data RNG as of the last consumed plan, not the ones made ahead
         save_checkpoint(ckpt_path, {"controller": controller.state_dict(), "optimizer": optimizer.state_dict(),
-                                    "step": step, "rng": rng_state(gen), "config": to_dict(cfg), "summary": summary})
+                                    "step": step, "rng": rng_state(prefetch.consumed_generator()),
+                                    "config": to_dict(cfg), "summary": summary})
 
     # Clip each net on its own: one joint norm would let GistNet's LM gradient (or an unfrozen
     # base's) shrink LensNet's preference updates, coupling two objectives that share no weights.
@@ -140,8 +149,7 @@ def train_stage2(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
         lr = lr_at(step, st)
         set_lr(optimizer, lr)
         for _ in range(st.grad_accum):
-            batch = train_data.sample(st.batch_size, cfg.mc.history_tokens, gen)
-            out = controller.train_step(batch.tokens, gen)
+            out = controller.run_step(prefetch.next())
             (out.total / st.grad_accum).backward()
             controller.end_micro_step()
             acc.append(step_stats(out))
@@ -155,7 +163,8 @@ def train_stage2(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
         seqs_since += st.batch_size * st.grad_accum
         bar.update(1)
         measure = step % st.eval_every == 0 or step == st.steps
-        # log every step: stage-2 steps are slow enough that one JSON line each costs nothing
+        if not (step % cfg.train.log_every == 0 or measure or step == end or step % st.ckpt_every == 0):
+            continue  # the metrics stay on the device until a log step: no host sync in this step
         rec: dict[str, Any] = {"step": step, **_mean_stats(acc), "lr": lr}
         acc = []
         if not math.isfinite(rec["lm_loss"]) or not math.isfinite(rec["pref_loss"]):
@@ -173,6 +182,7 @@ def train_stage2(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
         t_log, seqs_since = time.perf_counter(), 0
         if step % st.ckpt_every == 0 and step < end:
             checkpoint()
+    prefetch.close()
     finish_loop(bar, summary, step, steps_run, t_start, checkpoint)
     controller.telemetry.close()
     return dict(summary, skipped=False)

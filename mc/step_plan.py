@@ -1,0 +1,72 @@
+"""Host half of a stage-2 micro-step: the variants, gather tables and LOD maps, as CPU tensors.
+
+Owns :class:`StepPlan` and :func:`plan_micro_step`: everything a micro-step decides in Python
+(which working contexts each of the B sequences is read through, where every entry's embedding
+comes from, the tokens the shared-tail loss scores, the LOD covering each token). It does no
+device work, so it can run for the next micro-step while the device runs the current one
+(:mod:`mc.train.prefetch`). ``MCController.train_step`` is ``run_step(prepare_step(...))``; the
+device half (``run_step``) only moves the plan with ``non_blocking`` copies from pinned memory,
+never waits on the host. See obsidian "Training" (host/device split).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+import torch
+from torch import Tensor
+
+from mc.config import MCConfig
+from mc.gather import gather_tables, token_ids_of
+from mc.variants import sample_variants
+
+
+@dataclass
+class StepPlan:
+    """One micro-step's host-side decisions (R = B*V rows, W = the training bucket, T tokens)."""
+
+    ids: Tensor  # [B, T] long: the token ids of the micro-batch
+    index: Tensor  # [R, W] long: row of the flat level table per entry (the zero row for padding)
+    lods: Tensor  # [R, W] long
+    positions: Tensor  # [R, W] float32: span centres (0 for padding)
+    token_ids: Tensor  # [R, W] long: id of each LOD0 entry, PAD_ID for gists and padding
+    lengths: Tensor  # [R] long: real entries per row
+    lod_map: Tensor  # [B, V, T] long: LOD of the entry covering each token
+    batch: int  # B
+    variants: int  # V (variant 0 = the recency baseline)
+
+    def tensors(self) -> dict[str, Tensor]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), Tensor)}
+
+    def pinned(self) -> "StepPlan":
+        """A copy in page-locked memory, so ``to(cuda)`` is an asynchronous copy (needs CUDA)."""
+        return replace(self, **{k: v.pin_memory() for k, v in self.tensors().items()})
+
+    def to(self, device: torch.device) -> "StepPlan":
+        """On ``device``: non-blocking copies (truly asynchronous when the plan is pinned)."""
+        return replace(self, **{k: v.to(device, non_blocking=True) for k, v in self.tensors().items()})
+
+
+def plan_micro_step(ids_bt: Tensor, mc: MCConfig, bucket: int, generator: torch.Generator, *,
+                    pin: bool = False) -> StepPlan:
+    """Sample ``1 + mc.n_random_variants`` working contexts per sequence of ``ids_bt [B, T]`` (CPU)
+    and build their tables. Draws from ``generator`` exactly as the variant sampler does, in
+    sequence order, so a plan made ahead of time equals one made on the spot. ``pin``: page-lock
+    the result (for a CUDA device)."""
+    ids_bt = torch.as_tensor(ids_bt)
+    if ids_bt.dim() != 2:
+        raise ValueError(f"train_step: ids must be [B, T], got shape {tuple(ids_bt.shape)}")
+    b, t = ids_bt.shape
+    if t != mc.history_tokens:
+        raise ValueError(f"train_step: sequences have {t} tokens, the config trains on mc.history_tokens="
+                         f"{mc.history_tokens}")
+    ids_bt = ids_bt.to("cpu", torch.long)  # the host half works on the host (a device tensor costs one sync here)
+    wcs = []
+    for _ in range(b):
+        wcs += sample_variants(t, block_size=mc.block_size, max_lod=mc.max_lod, max_entries=mc.max_entries,
+                               recent_tokens=mc.recent_tokens, n_random=mc.n_random_variants, generator=generator)
+    v = len(wcs) // b
+    tab = gather_tables(wcs, batch=b, tokens=t, max_lod=mc.max_lod, bucket=bucket)
+    plan = StepPlan(ids=ids_bt, index=tab["index"], lods=tab["lods"], positions=tab["positions"],
+                    token_ids=token_ids_of(ids_bt, tab["token_index"], v), lengths=tab["lengths"],
+                    lod_map=tab["lod_map"].view(b, v, t), batch=b, variants=v)
+    return plan.pinned() if pin else plan
