@@ -2,12 +2,19 @@
 # Shared set-up for scripts/test.sh and run10.sh: make sure a Python environment with the
 # project installed exists, and print the python to use on stdout (everything else -> stderr).
 #   - an active virtual environment ($VIRTUAL_ENV) is used as it is;
-#   - otherwise .venv/ in the repo root is created on first use.
+#   - otherwise .venv/ in the repo root is created on first use;
+#   - MC_PYTHON=/path/to/python is used as it is and nothing is installed (machines without a
+#     package index, e.g. the GPU machines of scripts/gpu_check.sh: the repo goes on PYTHONPATH).
 # torch is pinned by constraints.txt (the CPU build on the project's machines); the install is
 # skipped when the environment already satisfies the project (marker keyed on pyproject+constraints).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 extras="${MC_EXTRAS-dev}"  # MC_EXTRAS="" installs the runtime only
+if [ -n "${MC_PYTHON:-}" ]; then
+  echo "[setup] MC_PYTHON=$MC_PYTHON: using it as it is (no install)" >&2
+  echo "$MC_PYTHON"
+  exit 0
+fi
 if [ -n "${VIRTUAL_ENV:-}" ]; then
   py="$VIRTUAL_ENV/bin/python"
 else

@@ -1,0 +1,66 @@
+"""The GPU proof kit's CPU dry run (scripts/gpu_check.sh --dry-run): every part, tiny shapes, one report.
+
+The bench part times the allocator LensNet call only here (``--bench-cases lensnet``): the bench
+compiles from empty caches by design, and its other cases are the same code as in
+tests/test_bench.py. ~60-100 s on a 2-core CPU (most of it Inductor compiling the tiny nets).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from mc.app.gpu_report import write_report
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _kit(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = dict(os.environ, MC_PYTHON=sys.executable, OMP_NUM_THREADS="1")
+    env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(ROOT / ".cache" / "inductor"))
+    return subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_gpu_check_dry_run_runs_every_part_and_writes_the_report(tmp_path):
+    out = tmp_path / "kit"
+    proc = _kit("--dry-run", "--out", str(out), "--bench-cases", "lensnet")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
+    parts = {p.stem: json.loads(p.read_text()) for p in (out / "parts").glob("*.json")}
+    assert set(parts) == {"tests", "sync", "harness", "bench", "workflow", "overlap"}
+    assert parts["tests"]["status"] == "n/a (no CUDA)" and parts["tests"]["figures"].get("skipped", 0) >= 1
+    for name in ("sync", "harness", "bench", "workflow", "overlap"):
+        assert parts[name]["status"] == "pass", (name, parts[name].get("log_tail"))
+    sync = parts["sync"]["figures"]
+    assert sync["meta_audit"]["passed"] and sync["cuda_sync"]["status"] == "n/a (no CUDA)"
+    assert sync["timing"]["micro_step_ms"] > 0 and sync["compiles_after_warmup"] == 0
+    assert parts["harness"]["figures"]["checks"]["recompiles_after_warmup"]["passed"]
+    assert "reusing the passing verdict" in parts["workflow"]["figures"]["gate"]  # the harness part's verdict
+    assert {r["mode"] for r in parts["bench"]["figures"]["rows"]} == {"eager", "reduce-overhead"}
+    rep = json.loads((out / f"{parts['sync']['env']['date']}-cpu-dry-run.json").read_text())
+    met = {t["target"]: t["met"] for t in rep["targets"]}
+    assert met["no host-device sync in the stage-2 micro-step"] is True
+    assert str(met["stage-2 aux cost (LensNet + GistNet + preference) <= 15 % of base fwd+bwd"]).startswith("n/a")
+    md = (out / f"{parts['sync']['env']['date']}-cpu-dry-run.md").read_text()
+    assert "DRY RUN on CPU" in md and "| target | value | met |" in md and "lensnet_call@32" in md
+    assert len(list(out.rglob("*"))) <= 9  # 8 files + the parts folder: what a device call can bring back
+
+    (out / f"{parts['sync']['env']['date']}-cpu-dry-run.md").unlink()  # --report-only rebuilds it from the parts
+    assert write_report(out) is not None and (out / f"{parts['sync']['env']['date']}-cpu-dry-run.md").is_file()
+
+
+def test_gpu_check_refuses_bad_use(tmp_path):
+    proc = _kit("--dry-run", "--out", str(ROOT / "bench" / "results" / "x"), "--part", "tests", timeout=120)
+    assert proc.returncode == 2 and "outside bench/results" in proc.stderr
+    proc = _kit("--part", "tests,nonsense", "--out", str(tmp_path), timeout=120)
+    assert proc.returncode == 2 and "unknown part" in proc.stderr
+    if not torch.cuda.is_available():  # a plain run without a GPU stops with a clear message, not fake results
+        proc = _kit("--part", "tests", "--out", str(tmp_path), timeout=120)
+        assert proc.returncode == 2 and "no CUDA device" in proc.stderr
+    assert not (tmp_path / "parts").exists()
