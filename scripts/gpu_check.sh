@@ -17,8 +17,10 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 dry=0
+report_only=0
 for a in "$@"; do
   if [ "$a" = "--dry-run" ]; then dry=1; fi
+  if [ "$a" = "--report-only" ]; then report_only=1; fi  # reads JSON only: no torch, no Hydra needed
 done
 if [ -n "${MC_PYTHON:-}" ]; then
   py="$MC_PYTHON"
@@ -27,7 +29,7 @@ elif [ "$dry" = 1 ]; then
 else
   py="python3"
 fi
-if ! "$py" -c "import hydra, omegaconf" >/dev/null 2>&1; then
+if [ "$report_only" = 0 ] && ! "$py" -c "import hydra, omegaconf" >/dev/null 2>&1; then
   if ! compgen -G "$root/.whl/*.whl" >/dev/null; then
     echo "gpu_check: error: $py has no hydra-core and there is no .whl/ folder: run 'bash scripts/fetch_gpu_wheels.sh'" \
          "on a machine with package-index access, then carry .whl to this machine" >&2

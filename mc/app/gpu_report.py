@@ -14,7 +14,7 @@ import json
 import re
 from pathlib import Path
 
-ORDER = ("tests", "sync", "harness", "bench", "workflow", "overlap")
+ORDER = ("tests", "sync", "harness", "bench", "overlap", "workflow")
 
 
 def _check(parts: dict, name: str) -> dict:
