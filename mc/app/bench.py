@@ -4,8 +4,8 @@ Cases (all through the controller's helpers, so the boundary's clones and step m
 
 * ``lensnet_call@W``: one allocator LensNet call (``_lensnet_allocator_scores``) on a working context
   padded to bucket W, for every bucket of ``mc.bucket_ladder``;
-* ``train_step``: one stage-2 micro-step (``train_step`` + backward + ``end_micro_step``): GistNet
-  forward/backward over the batched tree levels, the frozen base model, LensNet forward/backward;
+* ``train_step``: a stage-2 micro-step's device half (``run_step`` + backward + ``end_micro_step``; the plan made
+  ahead, as in training): GistNet forward/backward over the tree levels, the frozen base, LensNet forward/backward;
 * ``tree_append``: a fresh lifetime gist tree appending ``2 * K**max_lod`` tokens, gisted in batched
   GistNet calls through ``_run_gistnet`` (padded to ``mc.gist_bucket_ladder``).
 
@@ -136,8 +136,8 @@ def _cases(ctrl, cfg: RunConfig, device: torch.device) -> list[tuple[str, Callab
     ids = torch.randint(0, 256, (cfg.train.stage2.batch_size, mc.history_tokens), generator=g)
     opt = torch.optim.SGD(ctrl.aux_parameters(), lr=0.0)  # only for zero_grad (keeps grads under CUDA graphs)
 
-    def train_step() -> None:
-        out = ctrl.train_step(ids, torch.Generator().manual_seed(1))  # same variants every call
+    def train_step(plan=ctrl.prepare_step(ids, torch.Generator().manual_seed(1))) -> None:  # host half made ahead
+        out = ctrl.run_step(plan)  # same variants every call
         out.total.backward()
         ctrl.end_micro_step()
         ctrl.zero_grad(opt)
