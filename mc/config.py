@@ -252,9 +252,9 @@ def _fail(key: str, value: Any, allowed: str) -> None:
     raise ConfigError(f"config {key}={value!r} is invalid: {allowed}")
 
 
-def _positive(key: str, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        _fail(key, value, "expected a positive integer")
+def _positive(key: str, value: Any, minimum: int = 1, note: str = "") -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        _fail(key, value, ("expected a positive integer" if minimum == 1 else f"expected an integer >= {minimum}") + note)
 
 
 def _choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
@@ -319,17 +319,14 @@ def validate(cfg: RunConfig) -> RunConfig:
         _fail("allocator.cooldown", al.cooldown, "expected an integer >= 0")
     for k in ("iterations", "max_edits", "refocus_interval"):
         _positive(f"allocator.inference.{k}", getattr(al.inference, k))
-    if isinstance(al.inference.edit_budget, bool) or not isinstance(al.inference.edit_budget, int) \
-            or al.inference.edit_budget < 0:
-        _fail("allocator.inference.edit_budget", al.inference.edit_budget, "expected an integer >= 0 (0 = iterations * max_edits)")
+    _positive("allocator.inference.edit_budget", al.inference.edit_budget, 0, " (0 = iterations * max_edits)")
 
     c = cfg.compile
     for net in ("lensnet", "gistnet"):
         for ctx in ("train", "inference"):
             _choice(f"compile.{net}.{ctx}", getattr(getattr(c, net), ctx), COMPILE_MODES)
     _choice("compile.freeze", c.freeze, FREEZE_MODES)
-    if not isinstance(c.recompile_limit, int) or c.recompile_limit < 0:
-        _fail("compile.recompile_limit", c.recompile_limit, "expected an integer >= 0 (0 = automatic)")
+    _positive("compile.recompile_limit", c.recompile_limit, 0, " (0 = automatic)")
     if not isinstance(c.warmup_iters, int) or c.warmup_iters < 3:
         _fail("compile.warmup_iters", c.warmup_iters, "expected >= 3 (CUDA graph trees warm up, record, then replay)")
 
@@ -347,8 +344,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     t = cfg.train
     _choice("train.device", t.device, DEVICES)
     _positive("train.log_every", t.log_every)
-    if not isinstance(t.prefetch, int) or isinstance(t.prefetch, bool) or t.prefetch < 0:
-        _fail("train.prefetch", t.prefetch, "expected an integer >= 0 (0 = host work inline, no thread)")
+    _positive("train.prefetch", t.prefetch, 0, " (0 = host work inline, no thread)")
     for stage in ("stage1", "stage2"):
         s = getattr(t, stage)
         for k in ("batch_size", "grad_accum", "eval_every", "eval_batches", "ckpt_every"):
@@ -362,8 +358,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         _fail("bench.modes", list(b.modes), f"expected a non-empty list of {', '.join(COMPILE_MODES[1:])} (eager always runs)")
     if not b.cases or any(c not in BENCH_CASES for c in b.cases):
         _fail("bench.cases", list(b.cases), f"expected a non-empty list of {', '.join(BENCH_CASES)}")
-    if not isinstance(b.reps, int) or b.reps < 0:
-        _fail("bench.reps", b.reps, "expected an integer >= 0 (0 = default)")
+    _positive("bench.reps", b.reps, 0, " (0 = default)")
     e = cfg.eval
     for k in ("n_docs", "doc_tokens", "tail_tokens"):
         _positive(f"eval.{k}", getattr(e, k))
