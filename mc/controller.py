@@ -29,6 +29,7 @@ from mc.compile.boundary import (CompiledNet, StepMarker, apply_recompile_limit,
                                  reentrance_reason)
 from mc.compile.telemetry import Telemetry
 from mc.config import RunConfig
+from mc.inputs import finite_logits, token_batch, token_ids
 from mc.nets.gistnet import GistNet
 from mc.nets.gpt import GPT
 from mc.nets.lensnet import LensNet
@@ -149,10 +150,8 @@ class MCController:
         The caller runs ``out.total.backward()`` and then :meth:`end_micro_step`.
         """
         mc = self.cfg.mc
+        ids_bt = token_batch(ids_bt, self.cfg.model.vocab_size, mc.history_tokens)  # [B, T] ints in the vocabulary
         b, t = ids_bt.shape
-        if t != mc.history_tokens:
-            raise ValueError(f"train_step: sequences have {t} tokens, the config trains on mc.history_tokens="
-                             f"{mc.history_tokens}")
         ids_bt = ids_bt.to(self.device)
         with torch.set_grad_enabled(not mc.freeze_base and torch.is_grad_enabled()):
             embeds_btd = self.base.embed(ids_bt)
@@ -204,6 +203,7 @@ class MCController:
 
     def begin_session(self, prompt_ids: Tensor) -> InferenceSession:
         """Start a session over ``prompt_ids [n]`` (any length, longer than the working context too)."""
+        prompt_ids = token_ids(prompt_ids, self.cfg.model.vocab_size, "begin_session")  # 1-D ints in the vocabulary
         prompt_ids = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(-1)
         if prompt_ids.numel() == 0:
             raise ValueError("begin_session needs a non-empty prompt (at least one token id)")
@@ -220,6 +220,7 @@ class MCController:
     @torch.no_grad()
     def append(self, ids: Tensor, *, refocus: bool = True) -> None:
         """Append tokens; refocus every ``allocator.inference.refocus_interval`` tokens."""
+        ids = token_ids(ids, self.cfg.model.vocab_size, "append")  # 1-D ints in the vocabulary
         s = self._require_session()
         ids = torch.as_tensor(ids, dtype=torch.long).reshape(-1).to(self.device)
         s.extend(ids, self.base.embed(ids[None])[0])
@@ -256,7 +257,7 @@ class MCController:
         s = self._require_session()
         mwc = s.materialize()
         logits = self.base_logits(mwc.embeds[None], mwc.positions[None], mwc.lods[None], mwc.mask[None])
-        return logits[0, mwc.length - 1]
+        return finite_logits(logits[0, mwc.length - 1])
 
     @torch.no_grad()
     def generate(self, n: int) -> Tensor:
