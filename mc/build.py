@@ -10,20 +10,21 @@ from pathlib import Path
 import torch
 
 from mc.compile.telemetry import Telemetry
-from mc.config import RunConfig, validate
+from mc.config import ConfigError, RunConfig, validate
 from mc.controller import MCController
 from mc.nets.gistnet import GistNet
 from mc.nets.gpt import GPT
 from mc.nets.lensnet import LensNet
-from mc.train.checkpoint import load_checkpoint
+from mc.train.checkpoint import CheckpointError, load_checkpoint
 
 
 def resolve_device(name: str) -> torch.device:
-    """``auto`` -> cuda when available, else cpu; ``cuda`` without a GPU is a clear error."""
+    """``auto`` -> cuda when available, else cpu; ``cuda`` without a GPU is a :class:`ConfigError`
+    (a ValueError: the workflow and the harness turn it into exit 2 at start-up)."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("train.device=cuda but torch sees no CUDA device; use train.device=cpu or auto")
+        raise ConfigError("config train.device='cuda' is invalid here: torch sees no CUDA device; use train.device=cpu or auto")
     return torch.device(name)
 
 
@@ -37,14 +38,21 @@ def build_nets(cfg: RunConfig, device: torch.device) -> tuple[GPT, GistNet, Lens
 
 
 def load_base_weights(base: GPT, path: str | Path) -> None:
-    """Load stage-1 weights: accepts a bare state dict or a checkpoint with a ``model`` entry."""
+    """Load stage-1 weights: accepts a bare state dict or a checkpoint with a ``model`` entry. A file that is
+    not a checkpoint, or weights of another model shape, raise :class:`CheckpointError` in one line."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"base model weights not found at {path}: run stage 1 first (bash run10.sh --stages=stage1)")
     state = load_checkpoint(path)
     if "model" in state:
         state = state["model"]
-    base.load_state_dict(state)
+    try:
+        base.load_state_dict(state)
+    except (RuntimeError, KeyError, TypeError, AttributeError) as exc:  # size mismatch / missing keys / not tensors
+        lines = [line.strip() for line in str(exc).strip().splitlines()] or [type(exc).__name__]
+        detail = (lines[1] if len(lines) > 1 else lines[0])[:240] + (f" (+{len(lines) - 2} more)" if len(lines) > 2 else "")
+        raise CheckpointError(f"base weights {path} do not fit this config's model ({detail}); they were trained "
+                              "with another model.* config: use that run's config, or re-run stage 1") from exc
 
 
 def build_controller(cfg: RunConfig, *, device: torch.device | None = None, base_weights: str | Path | None = None,

@@ -182,6 +182,7 @@ class StageConfig:
 class TrainConfig:
     device: str = "auto"  # "auto" (cuda when available), "cpu" or "cuda"
     seed: int = 1234
+    tensorboard: bool = False  # also log the training scalars to <run>/stage{1,2}/tb/ (needs the "tb" extra)
     stage1: StageConfig = field(default_factory=StageConfig)
     stage2: StageConfig = field(default_factory=lambda: StageConfig(steps=150, batch_size=2, grad_accum=2, lr=1e-3))
     log_every: int = 1  # stage 2: optimizer steps per metrics fetch (each fetch is one host-device sync)
@@ -212,7 +213,7 @@ class EvalConfig:
 class BenchConfig:
     """The workflow's benchmark stage (``scripts/mc_bench.py`` runs the same code standalone)."""
 
-    enabled: bool = True  # run the bench stage in run10.sh
+    enabled: bool = False  # opt-in: also run the bench stage (~80 s smoke, ~130 s cpu); --stages=...,bench does too
     modes: list[str] = field(default_factory=lambda: ["default", "reduce-overhead", "max-autotune-no-cudagraphs"])  # vs eager
     cases: list[str] = field(default_factory=lambda: ["lensnet", "train", "tree"])  # allocator call, micro-step, appends
     quick: bool = False  # tiny shapes and few repetitions instead of this config's shapes
@@ -229,7 +230,7 @@ class TelemetryConfig:
 class RunConfig:
     """The root config the workflow and the harness resolve."""
 
-    name: str = "default"  # run folder: <out_dir>/<name>
+    name: str = "default"  # run folder: <out_dir>/<name> (run10.sh derives it from preset + config unless given)
     out_dir: str = "runs"
     preset: str = "cpu"
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -286,10 +287,9 @@ def validate(cfg: RunConfig) -> RunConfig:
     mc = cfg.mc
     for k in ("block_size", "max_lod", "max_entries", "recent_tokens", "history_tokens"):
         _positive(f"mc.{k}", getattr(mc, k))
-    if mc.block_size < 2:
-        _fail("mc.block_size", mc.block_size, "expected K >= 2")
-    if mc.n_random_variants < 1:
-        _fail("mc.n_random_variants", mc.n_random_variants, "expected >= 1 (pairs need two variants)")
+    _positive("mc.block_size", mc.block_size, 2, " (K entries make one gist)")
+    _positive("mc.recent_tokens", mc.recent_tokens, 2, " (the shared tail must hold a next-token prediction)")
+    _positive("mc.n_random_variants", mc.n_random_variants, 1, " (pairs need two variants)")
     top = mc.block_size ** mc.max_lod
     if mc.history_tokens % top:
         _fail("mc.history_tokens", mc.history_tokens, f"must be a multiple of block_size**max_lod = {top}")
@@ -315,8 +315,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         v = getattr(al, k)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v < 100.0:
             _fail(f"allocator.{k}", v, "expected a number in [0, 100) (a z-score: standard deviations of the scores)")
-    if not isinstance(al.cooldown, int) or al.cooldown < 0:
-        _fail("allocator.cooldown", al.cooldown, "expected an integer >= 0")
+    _positive("allocator.cooldown", al.cooldown, 0)
     for k in ("iterations", "max_edits", "refocus_interval"):
         _positive(f"allocator.inference.{k}", getattr(al.inference, k))
     _positive("allocator.inference.edit_budget", al.inference.edit_budget, 0, " (0 = iterations * max_edits)")
@@ -334,6 +333,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     _choice("data.source", d.source, DATA_SOURCES)
     if d.source == "files" and not d.files_glob:
         _fail("data.files_glob", d.files_glob, "data.source=files needs a glob of .txt/.jsonl/.parquet files")
+    if d.files_glob and d.source != "files":  # it would be silently ignored: stdlib/recall read no files
+        _fail("data.files_glob", d.files_glob, f"is only read with data=files (data.source={d.source!r}): add data=files or drop it")
     _unit_interval("data.val_fraction", d.val_fraction, closed=False)
     _unit_interval("data.recall_mix", d.recall_mix)
     r = d.recall

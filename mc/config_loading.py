@@ -10,9 +10,10 @@ needs the dataclasses.
 """
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -97,6 +98,32 @@ def parse_workflow_args(argv: Sequence[str]) -> WorkflowArgs:
     return args
 
 
+def check_override_keys(overrides: Sequence[str], config_dir: Path | str = CONFIG_DIR) -> None:
+    """Every override names a schema key or a config group option; else a one-line ConfigError with the
+    closest key. Hydra would suggest ``+key=value`` for a typo, and a ``+key`` outside the schema is
+    dropped silently when the config becomes a RunConfig: neither may pass."""
+    groups = {p.name: sorted(f.stem for f in p.glob("*.yaml")) for p in Path(config_dir).iterdir() if p.is_dir()}
+    for item in overrides:
+        raw_key, _, value = item.partition("=")
+        key = raw_key.lstrip("+~")
+        if key in groups:
+            if value not in groups[key] and not raw_key.startswith("~"):
+                raise ConfigError(f"override {item!r}: there is no {key} {value!r}; the {key} options are "
+                                  f"{', '.join(groups[key])} (configs/{key}/*.yaml)")
+            continue
+        node: object = RunConfig()
+        parts = key.split(".")
+        for depth, part in enumerate(parts):
+            names = [f.name for f in fields(node)] if is_dataclass(node) else []
+            if part not in names:
+                where = ".".join(parts[:depth])
+                close = difflib.get_close_matches(part, names, n=1)
+                hint = f"did you mean {'.'.join(filter(None, (where, close[0])))}? " if close else ""
+                raise ConfigError(f"override {item!r}: unknown config key {key!r}; {hint}the keys of "
+                                  f"{where or 'the config'} are {', '.join(names) or '(none: it holds a value)'}")
+            node = getattr(node, part)
+
+
 def load_config(overrides: Sequence[str] = (), config_dir: Path | str = CONFIG_DIR) -> RunConfig:
     """Compose ``configs/config.yaml`` with ``overrides`` and return a validated RunConfig."""
     try:
@@ -109,6 +136,7 @@ def load_config(overrides: Sequence[str] = (), config_dir: Path | str = CONFIG_D
         raise ConfigError("hydra-core is not installed: `pip install hydra-core` (or use mc.config.RunConfig directly)") from exc
     from hydra.errors import HydraException
 
+    check_override_keys(overrides, config_dir)
     ConfigStore.instance().store(name="mc_schema", node=RunConfig)
     GlobalHydra.instance().clear()
     try:
@@ -119,6 +147,7 @@ def load_config(overrides: Sequence[str] = (), config_dir: Path | str = CONFIG_D
         detail = str(exc)
         if exc.__cause__ is not None:  # Hydra wraps OmegaConf's message (which names the key and type)
             detail += f": {exc.__cause__}"
+        detail = " ".join(ln.strip() for ln in detail.splitlines() if ln.strip() and not ln.startswith((" ", "\t")))
         raise ConfigError(f"could not resolve the config with overrides {list(overrides)}: {detail}") from exc
     finally:
         GlobalHydra.instance().clear()

@@ -29,6 +29,7 @@ from mc.compile.boundary import (CompiledNet, StepMarker, apply_recompile_limit,
                                  reentrance_reason)
 from mc.compile.telemetry import Telemetry
 from mc.config import RunConfig
+from mc.inputs import finite_logits, token_batch, token_ids
 from mc.nets.gistnet import GistNet
 from mc.nets.gpt import GPT
 from mc.nets.lensnet import LensNet
@@ -147,6 +148,7 @@ class MCController:
     def prepare_step(self, ids_bt: Tensor, generator: torch.Generator) -> StepPlan:
         """Host half of a micro-step (variants, gather tables, LOD maps; CPU, pinned for CUDA). No
         device work: :mod:`mc.train.prefetch` runs it for the next micro-step while this one runs."""
+        ids_bt = token_batch(ids_bt, self.cfg.model.vocab_size, self.cfg.mc.history_tokens)  # [B, T] ints in the vocabulary
         return plan_micro_step(ids_bt, self.cfg.mc, self.train_bucket, generator, pin=self.device.type == "cuda")
 
     def train_step(self, ids_bt: Tensor, generator: torch.Generator) -> TrainStepOutput:
@@ -204,6 +206,7 @@ class MCController:
 
     def begin_session(self, prompt_ids: Tensor) -> InferenceSession:
         """Start a session over ``prompt_ids [n]`` (any length, longer than the working context too)."""
+        prompt_ids = token_ids(prompt_ids, self.cfg.model.vocab_size, "begin_session")  # 1-D ints in the vocabulary
         prompt_ids = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(-1)
         if prompt_ids.numel() == 0:
             raise ValueError("begin_session needs a non-empty prompt (at least one token id)")
@@ -220,6 +223,7 @@ class MCController:
     @torch.no_grad()
     def append(self, ids: Tensor, *, refocus: bool = True) -> None:
         """Append tokens; refocus every ``allocator.inference.refocus_interval`` tokens."""
+        ids = token_ids(ids, self.cfg.model.vocab_size, "append")  # 1-D ints in the vocabulary
         s = self._require_session()
         ids = torch.as_tensor(ids, dtype=torch.long).reshape(-1).to(self.device)
         s.extend(ids, self.base.embed(ids[None])[0])
@@ -256,7 +260,7 @@ class MCController:
         s = self._require_session()
         mwc = s.materialize()
         logits = self.base_logits(mwc.embeds[None], mwc.positions[None], mwc.lods[None], mwc.mask[None])
-        return logits[0, mwc.length - 1]
+        return finite_logits(logits[0, mwc.length - 1])
 
     @torch.no_grad()
     def generate(self, n: int) -> Tensor:

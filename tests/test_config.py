@@ -36,7 +36,7 @@ def test_presets_resolve(preset):
         ("compile.warmup_iters=2", "compile.warmup_iters"),
         ("data.source=web", "data.source"),
         ("nope=1", "nope"),
-        ("preset=zzz", "preset/zzz"),
+        ("preset=zzz", "no preset 'zzz'"),
     ],
 )
 def test_bad_values_name_the_key(override, needle):

@@ -2,7 +2,9 @@
 
 ``bash run10.sh [flags] [key=value ...]`` sets up the environment and calls :func:`main`. Flags are
 parsed by :func:`mc.config_loading.parse_workflow_args` (shared with the harness); the resolved
-config goes to ``<out_dir>/<name>/config.json``. A stage whose outputs exist is skipped unless
+config goes to ``<out_dir>/<name>/config.json``, and a folder recorded with another config is refused
+(:mod:`mc.app.run_folder`; without ``--name`` the folder is named after the preset and config). Every
+bad input stops in :func:`_resolve` with exit 2 before anything is written. A stage whose outputs exist is skipped unless
 ``--force`` names it; when a training/eval stage runs, the later selected stages run again too
 (their outputs would be stale). Stage functions belong to other modules and are imported lazily.
 
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from mc.config import ConfigError, RunConfig, to_dict
+from mc.app.run_folder import check_recorded_config, default_run_name
 from mc.config_loading import WorkflowArgs, compile_hash, config_hash, load_config, parse_workflow_args
 from mc.io import clean_stale_tmp, write_json, write_text
 
@@ -35,7 +38,7 @@ TRAINING = ("stage1", "stage2", "eval", "bench")  # a run of one of these makes 
 COMPILED = ("stage2", "eval")  # stages that call the (possibly compiled) LensNet / GistNet
 ROOT = Path(__file__).resolve().parents[2]
 HARNESS_SCRIPT = ROOT / "scripts" / "mc_compile_harness.py"
-EXIT_CONFIG, EXIT_GATE, EXIT_STAGE = 2, 3, 1
+EXIT_CONFIG, EXIT_GATE, EXIT_STAGE, EXIT_INTERRUPTED = 2, 3, 1, 130
 
 # Files whose presence means "this stage is done" (relative to the run folder). env always runs.
 DONE_FILES = {"env": (), "data": ("data.json",), "stage1": ("stage1/base.pt", "stage1/summary.json"),
@@ -51,16 +54,19 @@ usage: bash run10.sh [--preset NAME] [--mc_compile_lensnet=1] [--mc_compile_lens
                      [--stages a,b] [--force a,b] [--dry-run] [--help] [key=value ...]
        (bash mc_run.sh [...] = run10.sh with all three compile flags on)
 
-Stages, in order (outputs under <out_dir>/<name>/, default runs/default/):
+Stages, in order (outputs under <out_dir>/<name>/; without --name: runs/<preset>/ for a preset's own
+config, runs/<preset>-<config hash>/ for anything else, e.g. runs/smoke/, runs/smoke-1a2b3c4d/):
   env      python/torch/device check                        -> env.json (always runs)
   data     corpus fingerprint and train/val split summary   -> data.json
   stage1   base GPT pretraining on tokens                   -> stage1/base.pt, stage1/summary.json
   stage2   GistNet + LensNet training (MC)                  -> stage2/ckpt.pt, stage2/summary.json
   eval     held-out evaluation                              -> eval/eval.json
-  bench    eager vs compiled timings (config bench.*)        -> bench/bench.json, bench/bench.md
+  bench    OPT-IN (--stages=...,bench or bench.enabled=true): eager vs compiled timings (bench.*),
+           ~80 s on the smoke preset, ~130 s on cpu             -> bench/bench.json, bench/bench.md
   report   report and plots                                 -> report.md, plots/*.png
 A stage whose outputs exist is skipped (re-running resumes); after stage1/stage2/eval runs, the
-later selected stages run again. The resolved config is written to config.json first.
+later selected stages run again. The resolved config is written to config.json first; a folder
+whose config.json differs is refused (exit 2, naming the keys) unless --force redoes the stages they feed.
 
 Flags (both --flag=V and --flag V work):
   --preset NAME                    smoke (minutes on 2 CPU cores), cpu (default), h100
@@ -68,11 +74,11 @@ Flags (both --flag=V and --flag V work):
   --mc_compile_lensnet_inference=1 compile LensNet at inference  (compile.lensnet.inference)
   --mc_compile_gistnet=1           compile GistNet, both contexts (compile.gistnet.*)
   --compile_mode MODE              mode for those flags (default reduce-overhead)
-  --name NAME                      run folder name (config key `name`)
+  --name NAME                      run folder name (config key `name`; default: from preset + config)
   --stages a,b                     run only these stages
   --force a,b                      redo these stages even if their outputs exist ("harness" re-runs
                                    the compile harness instead of reusing a recorded verdict; "all")
-  --dry-run                        resolve and write config.json, print the plan, run nothing
+  --dry-run                        resolve, check and print the plan; run nothing, write nothing
   key=value                        any config override, passed to Hydra (e.g. train.stage2.steps=50)
 
 Compile gate: with any compile mode on, before stage2/eval the compile harness must pass on this
@@ -84,7 +90,8 @@ Examples:
   bash run10.sh --preset smoke
   bash run10.sh --preset smoke --mc_compile_lensnet=1 --mc_compile_lensnet_inference=1
   bash run10.sh --preset smoke allocator.inference.iterations=3 --dry-run
-  bash run10.sh --stages=eval,report --force=eval
+  bash run10.sh --preset smoke --name=smoke --stages=eval,report --force=eval eval.n_docs=16  # re-evaluate runs/smoke
+Exit codes: 0 done, 1 a stage failed, 2 bad flag/config/run folder, 3 the compile gate refused, 130 Ctrl-C.
 """
 
 
@@ -170,8 +177,6 @@ def _run_bench(cfg: RunConfig, run_dir: Path) -> dict:
     from mc.app.bench import run_bench, to_markdown  # noqa: PLC0415
 
     out = run_dir / "bench"
-    if not cfg.bench.enabled:
-        return {"skipped": "bench.enabled=false"}
     res = run_bench(cfg, modes=["eager", *cfg.bench.modes], quick=cfg.bench.quick, reps=cfg.bench.reps or None,
                     progress=_progress(), cases=cfg.bench.cases)
     write_text(out / "bench.md", to_markdown(res))
@@ -290,15 +295,20 @@ def gate(cfg: RunConfig, args: WorkflowArgs, run_dir: Path, *, rerun: bool = Fal
 
 
 # ============================================================================ main
-def _write_config(cfg: RunConfig, run_dir: Path) -> Path:
-    path = run_dir / "config.json"
-    new = to_dict(cfg)
-    old = _read_verdict(path) if path.exists() else None
-    if old is not None and old != new:
-        _say(f"note: the config differs from the one recorded in {path}; existing stage outputs are still "
-             "skipped (use --force=STAGE,... or another --name to start over)")
-    write_json(path, new)
-    return path
+def _resolve(argv: Sequence[str]) -> tuple[WorkflowArgs, RunConfig, dict[str, str], set[str], list[str]]:
+    """Flags -> config, run folder and plan; every bad input raises ConfigError here (exit 2, nothing written)."""
+    from mc.build import resolve_device  # noqa: PLC0415 - torch only once the flags parsed
+
+    args = parse_workflow_args(argv)
+    cfg = load_config(args.hydra_overrides())
+    resolve_device(cfg.train.device)  # train.device=cuda without a GPU stops at start-up, not inside a stage
+    if args.name is None and not any(o.split("=", 1)[0].lstrip("+~") == "name" for o in args.overrides):
+        cfg.name = default_run_name(cfg, lambda preset: load_config([f"preset={preset}"]))
+    selected = _stage_set(args.stages, "--stages") or {s for s in STAGES if s != "bench" or cfg.bench.enabled}
+    force = _stage_set(args.force, "--force", extra=("harness",))
+    run_dir = Path(cfg.out_dir) / cfg.name
+    diff = check_recorded_config(cfg, run_dir, force & selected, STAGES)
+    return args, cfg, plan_stages([s for s in STAGES if s in selected], force, run_dir), force, diff
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -309,54 +319,69 @@ def main(argv: Sequence[str] | None = None) -> int:
     dry_run = "--dry-run" in argv
     argv = [a for a in argv if a != "--dry-run"]
     try:
-        args = parse_workflow_args(argv)
-        cfg = load_config(args.hydra_overrides())
-        selected = _stage_set(args.stages, "--stages") or set(STAGES)
-        force = _stage_set(args.force, "--force", extra=("harness",))
+        args, cfg, plan, force, diff = _resolve(argv)
     except ConfigError as exc:
         print(f"run10: error: {exc}\n(run `bash run10.sh --help` for the flags)", file=sys.stderr)
         return EXIT_CONFIG
     run_dir = Path(cfg.out_dir) / cfg.name
     _say(f"resolved overrides: {' '.join(args.hydra_overrides()) or '(none)'}")
-    _say(f"config: {_write_config(cfg, run_dir)} (hash {config_hash(cfg)}, compile hash {compile_hash(cfg)})")
+    _say(f"run folder: {run_dir} (config hash {config_hash(cfg)}, compile hash {compile_hash(cfg)})")
+    if diff:
+        _say(f"the recorded config.json differs in {', '.join(diff)}: the forced stages redo what those keys feed")
     modes = {f"{n}.{c}": getattr(getattr(cfg.compile, n), c) for n in ("lensnet", "gistnet") for c in ("train", "inference")}
     _say(f"compile modes: {modes}")
-    plan = plan_stages([s for s in STAGES if s in selected], force, run_dir)
     needs_gate = cfg.compile.any_on and any(plan.get(s) == "run" for s in COMPILED)
     _say("plan: " + ", ".join(f"{s}={p}" for s, p in plan.items())
          + ("; compile gate before stage2/eval (before any training)" if needs_gate else ""))
     if dry_run:
-        _say("dry run: nothing executed")
+        _say("dry run: nothing executed, nothing written")
         return 0
-    # Only this process writes below run_dir now: a *.tmp there is a write a killed run left behind.
-    for p in clean_stale_tmp(run_dir, recursive=True):
-        _say(f"removed {p} (a write a killed run left unfinished)")
-    gated = False
-    for stage, what in plan.items():
-        if needs_gate and not gated and stage in TRAINING and what == "run":
-            ok, msg = gate(cfg, args, run_dir, rerun="harness" in force)
-            if not ok:
-                print(f"run10: error: {msg}", file=sys.stderr)
-                return EXIT_GATE
-            _say(msg)
-            gated = True
-        if what != "run":
-            _say(f"{stage}: skipped, outputs exist ({', '.join(DONE_FILES[stage])}); --force={stage} redoes it")
-            continue
-        _say(f"{stage}: running")
-        t0 = time.perf_counter()
-        try:
-            result = STAGE_RUNNERS[stage](cfg, run_dir)
-        except Exception:  # noqa: BLE001 - report which stage failed, with the traceback, then stop
-            traceback.print_exc()
-            print(f"run10: error: stage {stage} failed (above). Fix it and re-run: finished stages are skipped and "
-                  "training resumes from its last checkpoint.", file=sys.stderr)
-            return EXIT_STAGE
-        if stage in SUMMARY_FILES:
-            write_json(run_dir / SUMMARY_FILES[stage], result if isinstance(result, dict) else {"result": result})
-        _say(f"{stage}: done in {time.perf_counter() - t0:.1f} s")
+    stage = "set-up"
+    try:
+        # Only this process writes below run_dir now: a *.tmp there is a write a killed run left behind.
+        for p in clean_stale_tmp(run_dir, recursive=True):
+            _say(f"removed {p} (a write a killed run left unfinished)")
+        write_json(run_dir / "config.json", to_dict(cfg))
+        gated = False
+        for stage, what in plan.items():
+            if needs_gate and not gated and stage in TRAINING and what == "run":
+                ok, msg = gate(cfg, args, run_dir, rerun="harness" in force)
+                if not ok:
+                    print(f"run10: error: {msg}", file=sys.stderr)
+                    return EXIT_GATE
+                _say(msg)
+                gated = True
+            if what != "run":
+                _say(f"{stage}: skipped, outputs exist ({', '.join(DONE_FILES[stage])}); --force={stage} redoes it")
+                continue
+            _say(f"{stage}: running")
+            t0 = time.perf_counter()
+            try:
+                result = STAGE_RUNNERS[stage](cfg, run_dir)
+            except Exception as exc:  # noqa: BLE001 - report which stage failed, then stop
+                _report_stage_error(stage, exc)
+                return EXIT_STAGE
+            if stage in SUMMARY_FILES:
+                write_json(run_dir / SUMMARY_FILES[stage], result if isinstance(result, dict) else {"result": result})
+            _say(f"{stage}: done in {time.perf_counter() - t0:.1f} s")
+    except KeyboardInterrupt:
+        print(f"\nrun10: interrupted (Ctrl-C) during {stage}; finished stages are kept. Re-run the same command to "
+              "go on: done stages are skipped and training resumes from its last checkpoint.", file=sys.stderr)
+        return EXIT_INTERRUPTED
     _say(f"finished; run folder {run_dir}" + (f", report {run_dir / 'report.md'}" if "report" in plan else ""))
     return 0
+
+
+def _report_stage_error(stage: str, exc: Exception) -> None:
+    """A user-facing error (bad config, unreadable checkpoint) in one line; anything else with its traceback."""
+    from mc.train.checkpoint import CheckpointError  # noqa: PLC0415
+
+    if isinstance(exc, (ConfigError, CheckpointError)):
+        print(f"run10: error: stage {stage}: {exc}", file=sys.stderr)
+        return
+    traceback.print_exc()
+    print(f"run10: error: stage {stage} failed (above). Fix it and re-run: finished stages are skipped and "
+          "training resumes from its last checkpoint.", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -88,7 +88,8 @@ def train_stage1(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
     optimizer = make_optimizer(model.parameters(), st)
     gen = torch.Generator().manual_seed(cfg.train.seed)  # batches (CPU generator: the samplers run on CPU)
     step = resume_into(saved, model, "model", optimizer)
-    if saved is not None:
+    if saved is not None:  # say so: a resumed run must not look like a fresh one (or a silent no-op)
+        print(f"[stage1] resuming from step {step} of {st.steps} ({ckpt_path})", flush=True)
         restore_rng(saved["rng"], gen)
     train_data, val_data, metrics, summary = loop_io(cfg, out, cfg.model.max_seq_len, saved, step, max_files=max_files)
 

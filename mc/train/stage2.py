@@ -116,6 +116,8 @@ def train_stage2(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
     optimizer = make_optimizer(controller.aux_parameters(), st)
     gen = torch.Generator().manual_seed(cfg.train.seed + DATA_SEED_OFFSET)  # batches and variants
     step = resume_into(saved, controller, "controller", optimizer)
+    if saved is not None:  # say so: a resumed run must not look like a fresh one (or a silent no-op)
+        print(f"[stage2] resuming from step {step} of {st.steps} ({ckpt_path})", flush=True)
     if cfg.compile.any_on:
         # Before the RNG restore: warm-up draws random inputs, and an uninterrupted run's RNG
         # state after its warm-up is exactly what the checkpoint saved.

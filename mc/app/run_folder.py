@@ -1,0 +1,109 @@
+"""Run folders tied to their resolved config (see obsidian Runbook: "Run folders").
+
+Owns :func:`default_run_name` (the folder a run gets when neither ``--name`` nor ``name=`` is
+given: the preset's name when the config is exactly the preset's, else ``<preset>-<hash>`` of the
+config, so a different config can never land in, and skip the stages of, another run's folder),
+:func:`config_diff` (the dotted keys in which two resolved configs differ) and
+:func:`check_recorded_config` (a run folder whose ``config.json`` differs from the requested
+config is refused, naming the keys and the two ways out, unless ``--force`` redoes every stage
+those keys feed).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from mc.config import ConfigError, RunConfig, to_dict
+
+NOT_CONFIG = ("name", "out_dir")  # where a run lives, not what it computes
+# The first stage whose outputs a key feeds (longest matching prefix wins); later stages depend on it
+# through their inputs. Keys not listed feed "data" (the safe default: everything is redone).
+FIRST_STAGE = {"preset": "report", "telemetry": "stage2", "bench": "bench", "eval": "eval", "allocator": "eval",
+               "compile": "stage2", "gistnet": "stage2", "lensnet": "stage2", "mc": "stage2",
+               "train.stage2": "stage2", "train.tensorboard": "stage1", "model": "stage1", "train": "stage1",
+               "data": "data"}
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}.{k}" if prefix else k))
+    return out
+
+
+def config_payload(cfg: RunConfig | dict) -> dict:
+    """The resolved config as a dict, without the keys that only say where the run lives."""
+    d = dict(cfg) if isinstance(cfg, dict) else to_dict(cfg)
+    return {k: v for k, v in d.items() if k not in NOT_CONFIG}
+
+
+def config_diff(old: dict, new: dict) -> list[str]:
+    """Dotted keys whose values differ between two config dicts (``name``/``out_dir`` ignored)."""
+    a, b = _flat(config_payload(old)), _flat(config_payload(new))
+    return sorted(k for k in set(a) | set(b) if a.get(k, "<missing>") != b.get(k, "<missing>"))
+
+
+def first_stage(key: str) -> str:
+    """The earliest stage whose outputs depend on the dotted config ``key``."""
+    best = max((p for p in FIRST_STAGE if key == p or key.startswith(p + ".")), key=len, default=None)
+    return FIRST_STAGE[best] if best else "data"
+
+
+def default_run_name(cfg: RunConfig, preset_cfg: Callable[[str], RunConfig]) -> str:
+    """``<preset>`` when ``cfg`` equals the bare preset's config (``preset_cfg(preset)``), else
+    ``<preset>-<8 hex of the config hash>``: equal configs share a folder, different ones never do."""
+    payload = config_payload(cfg)
+    if config_payload(preset_cfg(cfg.preset)) == payload:
+        return cfg.preset
+    digest = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    return f"{cfg.preset}-{digest}"
+
+
+def read_recorded(run_dir: Path) -> dict | None:
+    """The ``config.json`` a previous run recorded in ``run_dir`` (None: a fresh folder)."""
+    path = run_dir / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path} is unreadable ({exc}); delete it, or pick another folder with --name") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} holds no config dict; delete it, or pick another folder with --name")
+    return data
+
+
+def check_recorded_config(cfg: RunConfig, run_dir: Path, force: set[str], stages: tuple[str, ...]) -> list[str]:
+    """Refuse (ConfigError) a run folder recorded with another config unless ``force`` redoes every
+    stage the differing keys feed; returns the differing keys (empty: same config or a fresh folder).
+
+    ``force`` redoes its stages and every later one, so it covers key k when it names a stage at or
+    before ``first_stage(k)``.
+    """
+    old = read_recorded(run_dir)
+    if old is None:
+        return []
+    diff = config_diff(old, to_dict(cfg))
+    if not diff:
+        return []
+    order = {s: i for i, s in enumerate(stages)}
+    earliest = min((order[s] for s in force if s in order), default=len(stages))
+    uncovered = [k for k in diff if order[first_stage(k)] < earliest]
+    if uncovered:
+        need = stages[min(order[first_stage(k)] for k in uncovered)]
+        shown = ", ".join(f"{k} ({_short(_flat(old).get(k))} -> {_short(_flat(to_dict(cfg)).get(k))})"
+                          for k in diff[:6]) + (f" and {len(diff) - 6} more" if len(diff) > 6 else "")
+        raise ConfigError(f"run folder {run_dir} holds a run with another config: {shown}; its outputs would be "
+                          f"mixed with this config's. Either pick a separate folder with --name=NEW (or drop "
+                          f"--name/name= to get one named after the config), or redo the affected stages there "
+                          f"with --force={need} (--force=all redoes everything)")
+    return diff
+
+
+def _short(v: Any) -> str:
+    text = json.dumps(v, default=str) if v is not None else "unset"
+    return text if len(text) <= 40 else text[:37] + "..."
