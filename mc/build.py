@@ -10,7 +10,8 @@ from pathlib import Path
 import torch
 
 from mc.compile.telemetry import Telemetry
-from mc.config import ConfigError, RunConfig, validate
+from mc.config import ConfigError, RunConfig
+from mc.config_checks import validate
 from mc.controller import MCController
 from mc.nets.gistnet import GistNet
 from mc.nets.gpt import GPT

@@ -1,7 +1,7 @@
 """Resolve a :class:`mc.config.RunConfig` from ``configs/`` with Hydra, plus the workflow flags.
 
 Hydra composes the YAML groups over the dataclass schema; OmegaConf type-checks every value;
-``mc.config.validate`` checks ranges and cross-field rules. Any failure becomes a
+``mc.config_checks.validate`` checks ranges and cross-field rules. Any failure becomes a
 :class:`ConfigError` naming the key and value. The run10-style flags (``--mc_compile_lensnet=1``
 ...) are parsed here too, so the workflow, the harness and the tests share one parser.
 
@@ -17,7 +17,8 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Sequence
 
-from mc.config import COMPILE_MODES, ConfigError, RunConfig, to_dict, validate
+from mc.config import COMPILE_MODES, ConfigError, RunConfig, to_dict
+from mc.config_checks import validate
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 

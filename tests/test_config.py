@@ -1,7 +1,8 @@
 """Config schema, Hydra composition, validation errors and the workflow flag parser."""
 import pytest
 
-from mc.config import ConfigError, RunConfig, from_dict, to_dict, validate
+from mc.config import ConfigError, RunConfig, from_dict, to_dict
+from mc.config_checks import validate
 from mc.config_loading import compile_hash, config_hash, load_config, parse_workflow_args
 
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from mc.build import build_controller, build_nets
-from mc.config import RunConfig, validate
+from mc.config import RunConfig
+from mc.config_checks import validate
 from mc.eval.baselines import lod0_answer, lod0_tail_loss
 from mc.eval.evaluate import VARIANTS, Focus, load_trained_controller, run_evaluation, wc_recall, wc_tail_loss
 from mc.eval.focus_policies import oracle_refocus, random_refocus, span_scores

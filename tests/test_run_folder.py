@@ -21,7 +21,7 @@ import torch
 from _tiny_config import TINY
 from mc.app import run_folder, workflow
 from mc.config_loading import load_config
-from mc.harness.run import resolve_harness_config
+from mc.harness.cli import resolve_harness_config
 
 ROOT = Path(__file__).resolve().parent.parent
 MC_RUN_FLAGS = ["--mc_compile_lensnet=1", "--mc_compile_lensnet_inference=1", "--mc_compile_gistnet=1"]

@@ -26,7 +26,8 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from mc.config import RunConfig, to_dict, validate
+from mc.config import RunConfig, to_dict
+from mc.config_checks import validate
 from mc.data.split import VAL_SEED_OFFSET
 from mc.io import clean_stale_tmp
 from mc.nets.gpt import GPT, next_token_loss

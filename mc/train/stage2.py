@@ -36,7 +36,8 @@ import torch
 from tqdm.auto import tqdm
 
 from mc.build import build_controller
-from mc.config import RunConfig, to_dict, validate
+from mc.config import RunConfig, to_dict
+from mc.config_checks import validate
 from mc.controller import MCController
 from mc.io import clean_stale_tmp
 from mc.train.checkpoint import load_checkpoint, require_keys, restore_rng, rng_state, save_checkpoint

@@ -1,0 +1,141 @@
+"""Config validation: every invalid value fails at start-up with one line naming the key and the fix.
+
+:func:`validate` checks a resolved :class:`mc.config.RunConfig` (ranges, choices, cross-field rules);
+the dataclasses and their defaults live in :mod:`mc.config`.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from mc.config import (ALLOCATOR_POLICIES, BENCH_CASES, COMPILE_MODES, DATA_SOURCES, DEVICES, FREEZE_MODES,
+                       GIST_POOLINGS, LONG_RANGE_VARIANTS, LONG_TASKS, ConfigError, RunConfig)
+
+def _fail(key: str, value: Any, allowed: str) -> None:
+    raise ConfigError(f"config {key}={value!r} is invalid: {allowed}")
+
+
+def _positive(key: str, value: Any, minimum: int = 1, note: str = "") -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        _fail(key, value, ("expected a positive integer" if minimum == 1 else f"expected an integer >= {minimum}") + note)
+
+
+def _choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        _fail(key, value, f"expected one of {', '.join(choices)}")
+
+
+def _unit_interval(key: str, value: Any, *, closed: bool = True) -> None:
+    ok = isinstance(value, (int, float)) and (0.0 <= value <= 1.0 if closed else 0.0 < value < 1.0)
+    if not ok:
+        _fail(key, value, "expected a number in [0, 1]" if closed else "expected a number in (0, 1)")
+
+
+def validate(cfg: RunConfig) -> RunConfig:
+    """Check every field; return ``cfg`` unchanged or raise :class:`ConfigError`."""
+    m = cfg.model
+    for k in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len"):
+        _positive(f"model.{k}", getattr(m, k))
+    if m.d_model % m.n_heads or (m.d_model // m.n_heads) % 2:
+        _fail("model.n_heads", m.n_heads, f"d_model ({m.d_model}) / n_heads must be an even integer for rotary")
+    for net in ("gistnet", "lensnet"):
+        n = getattr(cfg, net)
+        for k in ("d_model", "n_layers", "n_heads"):
+            _positive(f"{net}.{k}", getattr(n, k))
+        if n.d_model % n.n_heads:
+            _fail(f"{net}.n_heads", n.n_heads, f"must divide {net}.d_model ({n.d_model})")
+    _choice("gistnet.pooling", cfg.gistnet.pooling, GIST_POOLINGS)
+
+    mc = cfg.mc
+    for k in ("block_size", "max_lod", "max_entries", "recent_tokens", "history_tokens"):
+        _positive(f"mc.{k}", getattr(mc, k))
+    _positive("mc.block_size", mc.block_size, 2, " (K entries make one gist)")
+    _positive("mc.recent_tokens", mc.recent_tokens, 2, " (the shared tail must hold a next-token prediction)")
+    _positive("mc.n_random_variants", mc.n_random_variants, 1, " (pairs need two variants)")
+    top = mc.block_size ** mc.max_lod
+    if mc.history_tokens % top:
+        _fail("mc.history_tokens", mc.history_tokens, f"must be a multiple of block_size**max_lod = {top}")
+    if mc.recent_tokens >= mc.max_entries:
+        _fail("mc.recent_tokens", mc.recent_tokens, f"must be smaller than mc.max_entries ({mc.max_entries})")
+    for key in ("bucket_ladder", "gist_bucket_ladder"):
+        ladder = list(getattr(mc, key))
+        if not ladder or any(not isinstance(b, int) or b <= 0 for b in ladder) or ladder != sorted(set(ladder)):
+            _fail(f"mc.{key}", ladder, "expected a non-empty, strictly increasing list of positive integers")
+    if mc.bucket_ladder[-1] < mc.max_entries:
+        _fail("mc.bucket_ladder", list(mc.bucket_ladder), f"the largest bucket must be >= mc.max_entries ({mc.max_entries})")
+    for k in ("lens_loss_weight", "pref_beta", "min_loss_gap"):
+        if getattr(mc, k) < 0:
+            _fail(f"mc.{k}", getattr(mc, k), "expected a number >= 0")
+
+    al = cfg.allocator
+    for k in ("expand_threshold", "collapse_threshold"):
+        v = getattr(al, k)
+        if not isinstance(v, (int, float)) or not 0.0 <= v < 1.0:
+            _fail(f"allocator.{k}", v, "expected a number in [0, 1) (scores are tanh outputs)")
+    _choice("allocator.policy", al.policy, ALLOCATOR_POLICIES)
+    for k in ("expand_z", "trade_margin_z"):
+        v = getattr(al, k)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v < 100.0:
+            _fail(f"allocator.{k}", v, "expected a number in [0, 100) (a z-score: standard deviations of the scores)")
+    _positive("allocator.cooldown", al.cooldown, 0)
+    for k in ("iterations", "max_edits", "refocus_interval"):
+        _positive(f"allocator.inference.{k}", getattr(al.inference, k))
+    _positive("allocator.inference.edit_budget", al.inference.edit_budget, 0, " (0 = iterations * max_edits)")
+
+    c = cfg.compile
+    for net in ("lensnet", "gistnet"):
+        for ctx in ("train", "inference"):
+            _choice(f"compile.{net}.{ctx}", getattr(getattr(c, net), ctx), COMPILE_MODES)
+    _choice("compile.freeze", c.freeze, FREEZE_MODES)
+    _positive("compile.recompile_limit", c.recompile_limit, 0, " (0 = automatic)")
+    if not isinstance(c.warmup_iters, int) or c.warmup_iters < 3:
+        _fail("compile.warmup_iters", c.warmup_iters, "expected >= 3 (CUDA graph trees warm up, record, then replay)")
+
+    d = cfg.data
+    _choice("data.source", d.source, DATA_SOURCES)
+    if d.source == "files" and not d.files_glob:
+        _fail("data.files_glob", d.files_glob, "data.source=files needs a glob of .txt/.jsonl/.parquet files")
+    if d.files_glob and d.source != "files":  # it would be silently ignored: stdlib/recall read no files
+        _fail("data.files_glob", d.files_glob, f"is only read with data=files (data.source={d.source!r}): add data=files or drop it")
+    _unit_interval("data.val_fraction", d.val_fraction, closed=False)
+    _unit_interval("data.recall_mix", d.recall_mix)
+    r = d.recall
+    for k in ("doc_tokens", "n_records", "key_len", "value_len"):
+        _positive(f"data.recall.{k}", getattr(r, k))
+    _unit_interval("data.recall.records_region", r.records_region, closed=False)
+
+    t = cfg.train
+    _choice("train.device", t.device, DEVICES)
+    _positive("train.log_every", t.log_every)
+    _positive("train.prefetch", t.prefetch, 0, " (0 = host work inline, no thread)")
+    for stage in ("stage1", "stage2"):
+        s = getattr(t, stage)
+        for k in ("batch_size", "grad_accum", "eval_every", "eval_batches", "ckpt_every"):
+            _positive(f"train.{stage}.{k}", getattr(s, k))
+        if not isinstance(s.steps, int) or s.steps < 0:
+            _fail(f"train.{stage}.steps", s.steps, "expected an integer >= 0")
+        if not s.lr > 0:
+            _fail(f"train.{stage}.lr", s.lr, "expected a number > 0")
+    b = cfg.bench
+    if not b.modes or any(m not in COMPILE_MODES or m == "off" for m in b.modes):
+        _fail("bench.modes", list(b.modes), f"expected a non-empty list of {', '.join(COMPILE_MODES[1:])} (eager always runs)")
+    if not b.cases or any(c not in BENCH_CASES for c in b.cases):
+        _fail("bench.cases", list(b.cases), f"expected a non-empty list of {', '.join(BENCH_CASES)}")
+    _positive("bench.reps", b.reps, 0, " (0 = default)")
+    e = cfg.eval
+    for k in ("n_docs", "doc_tokens", "tail_tokens"):
+        _positive(f"eval.{k}", getattr(e, k))
+    if e.tail_tokens > mc.recent_tokens:
+        _fail("eval.tail_tokens", e.tail_tokens, f"must be <= mc.recent_tokens ({mc.recent_tokens}) so the tail is LOD0")
+    lr = e.long_range
+    if any(isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in lr.multiples):
+        _fail("eval.long_range.multiples", list(lr.multiples), "expected positive integers (multiples of model.max_seq_len)")
+    if any(not isinstance(d, (int, float)) or not 0.0 <= d <= 1.0 for d in lr.depths) or not lr.depths:
+        _fail("eval.long_range.depths", list(lr.depths), "expected a non-empty list of fractions in [0, 1]")
+    _positive("eval.long_range.n_per_cell", lr.n_per_cell)
+    _positive("eval.long_range.n_needles", lr.n_needles)
+    for key, allowed in (("tasks", LONG_TASKS), ("variants", LONG_RANGE_VARIANTS)):
+        for v in getattr(lr, key):
+            _choice(f"eval.long_range.{key}", v, allowed)
+    if "random" in lr.variants and "focused" not in lr.variants:
+        _fail("eval.long_range.variants", list(lr.variants), "'random' makes as many edits as 'focused' did: list both")
+    return cfg
