@@ -115,6 +115,14 @@ class FocusAllocator:
         self._expanded_into: dict[Entry, int] = {}  # child node -> clock of the expand that made it
         self._collapsed_into: dict[Entry, int] = {}  # parent node -> clock of the collapse that made it
 
+    def copy(self) -> "FocusAllocator":
+        """An independent copy of the cooldown state (the config is shared): sessions edit a copy
+        and keep it only when the whole append succeeds."""
+        new = object.__new__(FocusAllocator)
+        new.cfg, new.clock = self.cfg, self.clock
+        new._expanded_into, new._collapsed_into = dict(self._expanded_into), dict(self._collapsed_into)
+        return new
+
     # ------------------------------------------------------------------ cooldown
 
     def _cooling(self, marks: dict[Entry, int], node: Entry) -> bool:

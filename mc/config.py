@@ -14,6 +14,7 @@ COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cudagraph
 FREEZE_MODES = ("fail", "warn", "off")
 DATA_SOURCES = ("stdlib", "files", "recall")
 ALLOCATOR_POLICIES = ("relative", "absolute")
+POSITION_MODES = ("global", "bounded")  # mc.positions (mc/positions.py)
 LONG_TASKS = ("passkey", "multi_needle")  # mc.data.long_tasks
 LONG_RANGE_VARIANTS = ("recency", "compressed", "focused", "random", "oracle")
 DEVICES = ("auto", "cpu", "cuda")
@@ -66,7 +67,7 @@ class MCConfig:
     """Shape of the gist tree and the working context, and the stage-2 objective."""
 
     block_size: int = 32  # K: entries per gist
-    max_lod: int = 2  # coarsest level of detail kept in the tree
+    max_lod: int = 2  # levels of detail trained on; an inference session starts here and adds levels as it grows
     max_entries: int = 256  # working-context budget (entries, tokens and gists alike)
     recent_tokens: int = 64  # the last tokens that always stay LOD0
     bucket_ladder: list[int] = field(default_factory=lambda: [64, 128, 256])  # padded WC lengths
@@ -77,6 +78,8 @@ class MCConfig:
     pref_beta: float = 2.0  # logistic sharpness of the per-entry preference loss (2: scores clear the allocator thresholds)
     min_loss_gap: float = 1e-3  # pairs whose loss gap is smaller carry no preference
     freeze_base: bool = True  # stage 2 leaves the base model frozen
+    positions: str = "global"  # base-model positions: "global" span centres, or "bounded" inside model.max_seq_len
+    #                            for any history length (POSITION_MODES; obsidian Positions)
 
 
 @dataclass

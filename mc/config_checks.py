@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from mc.config import (ALLOCATOR_POLICIES, BENCH_CASES, COMPILE_MODES, DATA_SOURCES, DEVICES, FREEZE_MODES,
-                       GIST_POOLINGS, LONG_RANGE_VARIANTS, LONG_TASKS, ConfigError, RunConfig)
+                       GIST_POOLINGS, LONG_RANGE_VARIANTS, LONG_TASKS, POSITION_MODES, ConfigError, RunConfig)
 
 def _fail(key: str, value: Any, allowed: str) -> None:
     raise ConfigError(f"config {key}={value!r} is invalid: {allowed}")
@@ -56,6 +56,9 @@ def validate(cfg: RunConfig) -> RunConfig:
         _fail("mc.history_tokens", mc.history_tokens, f"must be a multiple of block_size**max_lod = {top}")
     if mc.recent_tokens >= mc.max_entries:
         _fail("mc.recent_tokens", mc.recent_tokens, f"must be smaller than mc.max_entries ({mc.max_entries})")
+    _choice("mc.positions", mc.positions, POSITION_MODES)
+    if mc.positions == "bounded" and mc.recent_tokens >= m.max_seq_len:
+        _fail("mc.recent_tokens", mc.recent_tokens, f"bounded positions keep the tail exact: must be < model.max_seq_len ({m.max_seq_len})")
     for key in ("bucket_ladder", "gist_bucket_ladder"):
         ladder = list(getattr(mc, key))
         if not ladder or any(not isinstance(b, int) or b <= 0 for b in ladder) or ladder != sorted(set(ladder)):

@@ -35,6 +35,7 @@ from mc.nets.gpt import GPT
 from mc.nets.lensnet import LensNet
 from mc.nets.losses import PreferenceResult, preference_loss, shared_tail_loss
 from mc.nets.positional import lod_rotary_cos_sin
+from mc.positions import base_positions
 from mc.session import InferenceSession, RefocusRecord
 from mc.tree import gist_levels
 from mc.gather import gather_planned
@@ -79,8 +80,6 @@ class MCController:
         self.session: InferenceSession | None = None
         self.train_bucket = bucket_for(cfg.mc.max_entries, cfg.mc.bucket_ladder)
         self.warmed_up = False
-
-    # ------------------------------------------------------------------ properties
 
     @property
     def cudagraphs_possible(self) -> bool:
@@ -199,9 +198,11 @@ class MCController:
     # ------------------------------------------------------------------ inference
 
     def base_logits(self, embeds: Tensor, positions: Tensor, lods: Tensor, mask: Tensor) -> Tensor:
-        """The base model over working-context embeddings ``[B, W, D]`` (LOD-aware rotary) -> ``[B, W, V]``."""
-        cos, sin = lod_rotary_cos_sin(positions, lods, self.cfg.mc.block_size, self.base.head_dim,
-                                      self.cfg.model.rope_base)
+        """The base model over working-context embeddings ``[B, W, D]`` (LOD-aware rotary) -> ``[B, W, V]``.
+        ``positions`` are global; ``mc.positions`` maps them for the base (:func:`mc.positions.base_positions`)."""
+        mc, m = self.cfg.mc, self.cfg.model
+        pos = base_positions(positions, mask, mode=mc.positions, window=m.max_seq_len, recent=mc.recent_tokens)
+        cos, sin = lod_rotary_cos_sin(pos, lods, mc.block_size, self.base.head_dim, m.rope_base)
         return self.base(embeds=embeds, cos=cos, sin=sin, key_padding_mask=mask)
 
     def begin_session(self, prompt_ids: Tensor) -> InferenceSession:

@@ -15,7 +15,7 @@ from torch import Tensor
 from mc.allocator import Edit, FocusAllocator
 from mc.config import RunConfig
 from mc.tree import GistFn, LifetimeGistTree
-from mc.working_context import MaterializedWC, WCBuffer, WorkingContext, materialize
+from mc.working_context import MaterializedWC, WCBuffer, WorkingContext, layout_depth, materialize
 
 
 @dataclass
@@ -46,32 +46,51 @@ class InferenceSession:
     def num_tokens(self) -> int:
         return self.tree.num_tokens
 
-    def _wc_kwargs(self) -> dict:
+    def _wc_kwargs(self, max_lod: int) -> dict:
         mc = self.cfg.mc
-        return dict(block_size=mc.block_size, max_lod=mc.max_lod, max_entries=mc.max_entries,
+        return dict(block_size=mc.block_size, max_lod=max_lod, max_entries=mc.max_entries,
                     recent_tokens=mc.recent_tokens)
 
     def extend(self, token_ids: Tensor, token_embeds: Tensor) -> None:
-        """Append tokens to the tree and the working context, making room when the budget is full.
+        """Append tokens to the tree and the working context, all or nothing.
 
         The first append builds the working context from the whole history (recency-graded
-        layout); later appends add LOD0 entries in chunks of at most K tokens, collapsing the
-        lowest-value sibling groups first when the budget would overflow.
+        layout). Later appends add the new tokens as the tail will be *after* the append (tokens a
+        long chunk pushes past the tail enter as coarse nodes), then make room by collapsing the
+        lowest-value sibling groups; the groups the new tokens make collapsible are available. When
+        the budget cannot hold the history at the current depth, tree and working context grow a
+        level first (:func:`mc.working_context.layout_depth`), so every history up to
+        :func:`mc.working_context.capacity_tokens` fits. Any failure (a gist function that raises,
+        a history past the capacity) leaves tree, working context, allocator marks and the refocus
+        clock exactly as they were, and re-raises.
         """
         n = int(token_ids.shape[0])
         if n == 0:
             return
-        if self.wc is None:
+        mc = self.cfg.mc
+        total = self.tree.num_tokens + n
+        # Checked before anything changes: the depth this history needs (ValueError past capacity).
+        depth = layout_depth(total, block_size=mc.block_size, min_lod=self.tree.max_lod,
+                             max_entries=mc.max_entries, recent_tokens=mc.recent_tokens)
+        tree_mark = self.tree.mark()
+        wc = None if self.wc is None else self.wc.copy()
+        allocator = self.allocator.copy()
+        try:
             self.tree.append(token_ids, token_embeds)
-            self.wc = WorkingContext.build(self.tree.num_tokens, fill=True, **self._wc_kwargs())
-        else:
-            step = self.cfg.mc.block_size
-            for lo in range(0, n, step):
-                hi = min(n, lo + step)
-                self.tree.append(token_ids[lo:hi], token_embeds[lo:hi])
-                if len(self.wc) + (hi - lo) > self.cfg.mc.max_entries:
-                    self.allocator.make_room(self.wc, hi - lo)
-                self.wc.append_tokens(hi - lo)
+            while self.tree.max_lod < depth:
+                self.tree.grow_level()
+            if wc is None:
+                wc = WorkingContext.build(total, fill=True, **self._wc_kwargs(depth))
+            else:
+                while wc.max_lod < depth:
+                    wc.grow_level()
+                wc.append_tokens(n, over_budget=True)
+                allocator.make_room(wc, 0)
+            wc.validate()
+        except BaseException:
+            self.tree.rollback(tree_mark)
+            raise
+        self.wc, self.allocator = wc, allocator
         self.tokens_since_refocus += n
 
     def materialize(self) -> MaterializedWC:

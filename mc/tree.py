@@ -8,6 +8,14 @@ their embeddings; node ``i`` of level ``L`` (1 <= L <= max_lod) is the gist of t
 ``i*K .. i*K+K-1`` of level ``L-1`` and so covers tokens ``[i*K**L, (i+1)*K**L)``. Only complete
 blocks become nodes, so level ``L`` always has ``num_tokens // K**L`` nodes.
 
+Depth: ``max_lod`` is the tree's *current* deepest level. It starts at the configured
+``mc.max_lod`` and :meth:`LifetimeGistTree.grow_level` adds one more (the same ``gist_fn`` gists every
+level), which an inference session does when the working-context budget can no longer hold the
+history at the current depth (see obsidian "Lifetime Gist Tree").
+
+Atomicity: :meth:`LifetimeGistTree.mark` / :meth:`LifetimeGistTree.rollback` restore the tree exactly
+as it was (counts, depth, storage), so a failed append leaves no trace.
+
 The gist function is injected (``GistFn``: ``[N, K, D] -> [N, D]``): GistNet in the runtime,
 mean pooling in tests. An append gists every block it completes, at every level, with exactly
 one batched call per level that gained nodes, never one call per block.
@@ -116,6 +124,18 @@ class LifetimeGistTree:
         w = self.block_size**lod
         return index * w, (index + 1) * w
 
+    def mark(self) -> tuple:
+        """An O(depth) snapshot for :meth:`rollback`: fill counts, depth and the storage tensors.
+
+        Appends only write rows past the filled counts (or into freshly allocated storage), so
+        restoring the counts and the tensor references restores every visible value exactly."""
+        return (list(self._counts), list(self._levels), self._ids, self.max_lod)
+
+    def rollback(self, mark: tuple) -> None:
+        """Return to the state :meth:`mark` recorded (drops levels grown and tokens appended since)."""
+        counts, levels, ids, max_lod = mark
+        self._counts, self._levels, self._ids, self.max_lod = list(counts), list(levels), ids, max_lod
+
     def _check_lod(self, lod: int) -> None:
         if not isinstance(lod, int) or not 0 <= lod <= self.max_lod:
             raise ValueError(f"lod must be an integer in [0, {self.max_lod}], got {lod!r}")
@@ -139,6 +159,24 @@ class LifetimeGistTree:
             self._ids = ids
 
     @torch.no_grad()
+    def grow_level(self) -> int:
+        """Add level ``max_lod + 1``, gisting every complete block of the current top level in one
+        ``gist_fn`` call; returns the new level's node count. Later appends keep it up to date."""
+        K, top = self.block_size, self.max_lod
+        n_new = self._counts[top] // K
+        cap = max(1, self._levels[top].shape[0] // K)
+        level = torch.zeros(max(cap, n_new), self.dim, device=self.device, dtype=self.dtype)
+        if n_new:
+            blocks = self._levels[top][: n_new * K].reshape(n_new, K, self.dim)  # [N, K, D]
+            gists = self.gist_fn(blocks)  # [N, D]
+            _check_gists(gists, n_new, self.dim, top + 1)
+            level[:n_new] = gists.detach().to(self.device, self.dtype)
+        self._levels.append(level)
+        self._counts.append(n_new)
+        self.max_lod = top + 1
+        return n_new
+
+    @torch.no_grad()
     def append(self, token_ids: Tensor, token_embeds: Tensor) -> dict[int, int]:
         """Append ``n`` tokens (``token_ids [n]`` long, ``token_embeds [n, D]``).
 
@@ -158,6 +196,16 @@ class LifetimeGistTree:
         new_nodes = {lod: 0 for lod in range(1, self.max_lod + 1)}
         if n == 0:
             return new_nodes
+        mark = self.mark()
+        try:  # all or nothing: a gist_fn that raises (or returns a bad shape) leaves the tree as it was
+            self._append(token_ids, token_embeds, new_nodes)
+        except BaseException:
+            self.rollback(mark)
+            raise
+        return new_nodes
+
+    def _append(self, token_ids: Tensor, token_embeds: Tensor, new_nodes: dict[int, int]) -> None:
+        n = token_ids.shape[0]
         old = self._counts[0]
         self._reserve(0, old + n)
         self._levels[0][old : old + n] = token_embeds.detach().to(self.device, self.dtype)
@@ -178,7 +226,6 @@ class LifetimeGistTree:
             self._levels[lod][have:want] = gists.detach().to(self.device, self.dtype)
             self._counts[lod] = want
             new_nodes[lod] = n_new
-        return new_nodes
 
 
 def gist_levels(token_embeds_btd: Tensor, block_size: int, max_lod: int, gist_fn: GistFn) -> list[Tensor]:

@@ -1,8 +1,9 @@
-"""The working context (WC): which tree nodes the base model reads, and their materialisation.
+"""The working context (WC): which tree nodes the base model reads, as an ordered list of entries.
 
 Owns the WC data structure and its invariants (obsidian "Design", "Working Context"), its legal
-edits (expand, collapse, append), and turning it into tensors: :func:`materialize` for one sequence
-at inference (into a preallocated :class:`WCBuffer`), :func:`gather_batched` for training.
+edits (expand, collapse, append, growing a level) and the layout arithmetic of how many entries a
+history needs (:func:`coarsest_size`, :func:`layout_depth`, :func:`capacity_tokens`). Turning a WC
+into tensors lives in :mod:`mc.materialize` (re-exported here for existing imports).
 
 An entry is ``(lod, index)``: node ``index`` of level ``lod``, covering tokens
 ``[index*K**lod, (index+1)*K**lod)``. Invariants, checked by :meth:`WorkingContext.validate`:
@@ -14,24 +15,88 @@ An entry is ``(lod, index)``: node ``index`` of level ``lod``, covering tokens
 - recent tail: the last ``recent_tokens`` tokens are LOD0 (no gist reaches past ``tail_start``);
 - budget: ``len(entries) <= max_entries``.
 
+Depth: ``max_lod`` is the deepest level the WC may use. An inference session starts it at
+``mc.max_lod`` and raises it (:meth:`WorkingContext.grow_level`, together with the tree) when the
+history no longer fits the budget at the current depth, so a session's capacity is set by the
+budget alone: every history of up to :func:`capacity_tokens` tokens fits (see obsidian "Working
+Context").
+
 Positions: an entry sits at the centre of its span, ``start + (width - 1) / 2``. A gist summarises
 its whole span symmetrically, so the centre is the least-biased single position for it, and for
 LOD0 (width 1) the formula collapses to the token index itself, so LOD0 entries get exactly the
-base model's ordinary positions (see the [[Positions]] note).
+base model's ordinary positions (see the [[Positions]] note; ``mc.positions`` maps them for the
+base model).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import torch
-from torch import Tensor
 
-from mc.config import PAD_ID
-from mc.gather import gather_planned, gather_tables, token_ids_of
-from mc.tree import LifetimeGistTree
+from mc.materialize import MaterializedWC, WCBuffer, bucket_for, gather_batched, materialize  # noqa: F401 (re-export)
 
 Entry = tuple[int, int]  # (lod, node index)
+
+
+def coarsest_size(num_tokens: int, *, block_size: int, max_lod: int, recent_tokens: int) -> int:
+    """Entries of the coarsest legal layout of ``num_tokens`` at depth ``max_lod``, in O(max_lod).
+
+    The LOD0 tail, plus the greedy aligned cover of ``[0, tail_start)``: ``tail // K**max_lod`` top
+    nodes, then one node per unit of each base-K digit of the remainder. No legal layout is smaller
+    (it is what :meth:`WorkingContext.build` makes with ``fill=False``)."""
+    K = block_size
+    tail = max(0, num_tokens - recent_tokens)
+    n, rest = divmod(tail, K**max_lod)
+    while rest:
+        rest, digit = divmod(rest, K)
+        n += digit
+    return n + num_tokens - tail
+
+
+def capacity_tokens(*, block_size: int, max_entries: int, recent_tokens: int) -> int:
+    """The longest history such that every history up to it fits the budget (at a large enough depth).
+
+    With unlimited depth the coarsest layout needs the tail plus the base-K digit sum of
+    ``tail_start``; the smallest ``tail_start`` whose digit sum exceeds ``B = max_entries - recent_tokens``
+    is ``(r + 2) * K**q - 1`` with ``q, r = divmod(B, K - 1)``. Sessions refuse longer histories, so
+    the set of accepted lengths is exactly ``[1, capacity]`` (monotonic)."""
+    K = block_size
+    q, r = divmod(max_entries - recent_tokens, K - 1)
+    return recent_tokens + (r + 2) * K**q - 2
+
+
+def layout_depth(num_tokens: int, *, block_size: int, min_lod: int, max_entries: int, recent_tokens: int) -> int:
+    """The smallest depth ``>= min_lod`` whose coarsest layout of ``num_tokens`` fits ``max_entries``.
+
+    ValueError (naming the capacity and the fix) past :func:`capacity_tokens`, even for the rare
+    longer lengths whose digit sum happens to fit again: a stream that broke at one length must not
+    be accepted at a later one, so the accepted lengths are exactly ``[1, capacity]``."""
+    kw = dict(block_size=block_size, recent_tokens=recent_tokens)
+    cap = capacity_tokens(max_entries=max_entries, **kw)
+    if num_tokens > cap:
+        raise ValueError(
+            f"a history of {num_tokens} tokens is past the working-context budget's capacity: max_entries="
+            f"{max_entries} holds a {recent_tokens}-token LOD0 tail plus up to K-1={block_size - 1} aligned nodes per "
+            f"level before it, which covers every history of up to {cap} tokens; raise mc.max_entries or lower "
+            "mc.recent_tokens")
+    lod = min_lod
+    while coarsest_size(num_tokens, max_lod=lod, **kw) > max_entries:
+        lod += 1  # terminates: within the capacity some depth fits (see capacity_tokens)
+    return lod
+
+
+def _coarse_cover(start: int, end: int, K: int, max_lod: int) -> list[Entry]:
+    """Greedy cover of tokens ``[start, end)``: at each position the coarsest aligned node (lod <=
+    max_lod) that ends by ``end``. Minimal in entries; O(entries) steps."""
+    entries: list[Entry] = []
+    pos = start
+    while pos < end:
+        lod = max_lod
+        while lod > 0 and (pos % K**lod or pos + K**lod > end):
+            lod -= 1
+        entries.append((lod, pos // K**lod))
+        pos += K**lod
+    return entries
 
 
 class WorkingContext:
@@ -88,22 +153,14 @@ class WorkingContext:
         """
         K = block_size
         tail = max(0, num_tokens - recent_tokens)
-        entries: list[Entry] = []
-        pos = 0
-        while pos < tail:
-            lod = max_lod
-            # Coarsest node starting at pos that is aligned and ends before the LOD0 tail.
-            while lod > 0 and (pos % K**lod or pos + K**lod > tail):
-                lod -= 1
-            entries.append((lod, pos // K**lod))
-            pos += K**lod
-        entries.extend((0, t) for t in range(tail, num_tokens))
-        if len(entries) > max_entries:
+        need = coarsest_size(num_tokens, block_size=K, max_lod=max_lod, recent_tokens=recent_tokens)
+        if need > max_entries:  # checked before building: a long history at a shallow depth has many nodes
             raise ValueError(
-                f"WorkingContext.build: even the coarsest layout of {num_tokens} tokens needs {len(entries)} "
+                f"WorkingContext.build: even the coarsest layout of {num_tokens} tokens needs {need} "
                 f"entries (LOD0 tail of {num_tokens - tail}, max_lod={max_lod}, K={K}) > max_entries={max_entries}; "
-                "raise max_entries or max_lod, or lower recent_tokens"
+                "raise max_entries or max_lod, or lower recent_tokens (a session grows max_lod itself)"
             )
+        entries = _coarse_cover(0, tail, K, max_lod) + [(0, t) for t in range(tail, num_tokens)]
         wc = cls(entries, num_tokens, block_size=K, max_lod=max_lod, max_entries=max_entries,
                  recent_tokens=recent_tokens)
         if fill:
@@ -265,126 +322,28 @@ class WorkingContext:
         lod, idx = self._entries[i]
         self._entries[i : i + self.block_size] = [(lod + 1, idx // self.block_size)]
 
-    def append_tokens(self, n: int) -> None:
-        """Add ``n`` new LOD0 entries at the end (``num_tokens += n``); ValueError over budget."""
+    def append_tokens(self, n: int, *, over_budget: bool = False) -> None:
+        """Add ``n`` new tokens at the end (``num_tokens += n``).
+
+        Tokens that stay inside the new recent tail enter as LOD0 entries; tokens that an append
+        longer than the tail pushes past it at once enter as the coarsest aligned nodes (the tree
+        must already hold them), so a long chunk adds O(depth * K) entries, not O(n). ValueError over
+        budget, unless ``over_budget``: then the entries go in anyway and the caller must make room
+        next (``FocusAllocator.make_room(wc, 0)``); sessions do this so that the sibling groups the
+        new tokens make collapsible (the tail moved) are available (see obsidian "Working Context")."""
         if not isinstance(n, int) or n < 0:
             raise ValueError(f"append_tokens: n must be an integer >= 0, got {n!r}")
-        if len(self._entries) + n > self.max_entries:
-            raise ValueError(f"append_tokens({n}) breaks the budget: {len(self._entries)} + {n} entries > "
+        old, new = self.num_tokens, self.num_tokens + n
+        tail = max(old, new - self.recent_tokens)
+        added = _coarse_cover(old, tail, self.block_size, self.max_lod) + [(0, t) for t in range(tail, new)]
+        if not over_budget and len(self._entries) + len(added) > self.max_entries:
+            raise ValueError(f"append_tokens({n}) breaks the budget: {len(self._entries)} + {len(added)} entries > "
                              f"max_entries={self.max_entries}; collapse first (FocusAllocator.make_room)")
         # The tail start only moves forward, so existing gists stay outside the tail.
-        self._entries.extend((0, t) for t in range(self.num_tokens, self.num_tokens + n))
-        self.num_tokens += n
+        self._entries.extend(added)
+        self.num_tokens = new
 
-
-# ---------------------------------------------------------------------- materialisation
-
-
-def bucket_for(n: int, ladder: Sequence[int]) -> int:
-    """Smallest ladder value >= n; ValueError if the ladder is too short."""
-    for b in sorted(ladder):
-        if b >= n:
-            return b
-    raise ValueError(f"no bucket in ladder {list(ladder)} holds {n} entries; add a larger bucket")
-
-
-class WCBuffer:
-    """Preallocated, fixed-capacity tensors a WC is materialised into (static addresses)."""
-
-    def __init__(self, capacity: int, dim: int, *, device=None, dtype: torch.dtype = torch.float32) -> None:
-        if not isinstance(capacity, int) or capacity <= 0 or not isinstance(dim, int) or dim <= 0:
-            raise ValueError(f"WCBuffer capacity and dim must be positive integers, got {capacity!r}, {dim!r}")
-        self.capacity = capacity
-        self.dim = dim
-        self.embeds = torch.zeros(capacity, dim, device=device, dtype=dtype)  # [C, D]
-        self.mask = torch.zeros(capacity, dtype=torch.bool, device=device)  # [C] True = real
-        self.positions = torch.zeros(capacity, dtype=torch.float32, device=device)  # [C]
-        self.lods = torch.zeros(capacity, dtype=torch.long, device=device)  # [C]
-        self.token_ids = torch.full((capacity,), PAD_ID, dtype=torch.long, device=device)  # [C]
-
-
-@dataclass
-class MaterializedWC:
-    embeds: Tensor  # [bucket, D] (view into the buffer)
-    mask: Tensor  # [bucket] bool, True = real
-    positions: Tensor  # [bucket] float32 (0 for padding)
-    lods: Tensor  # [bucket] long (0 for padding)
-    token_ids: Tensor  # [bucket] long: token id for LOD0 entries, PAD_ID otherwise
-    length: int  # real entries
-    bucket: int
-
-
-@torch.no_grad()
-def materialize(wc: WorkingContext, tree: LifetimeGistTree, buffer: WCBuffer, ladder: Sequence[int]) -> MaterializedWC:
-    """Gather ``wc``'s entries from ``tree`` into ``buffer``, padded to a bucket of ``ladder``.
-
-    Writes in place (the buffer's tensors keep their addresses); one index_select per level.
-    The returned tensors are views of the buffer: the next materialize overwrites them.
-    """
-    if tree.num_tokens != wc.num_tokens:
-        raise ValueError(f"materialize: the tree holds {tree.num_tokens} tokens but the working context tiles "
-                         f"{wc.num_tokens}; append to both before materialising")
-    if tree.block_size != wc.block_size or tree.max_lod < wc.max_lod:
-        raise ValueError(f"materialize: tree (K={tree.block_size}, max_lod={tree.max_lod}) does not match the "
-                         f"working context (K={wc.block_size}, max_lod={wc.max_lod})")
-    if buffer.dim != tree.dim:
-        raise ValueError(f"materialize: buffer dim {buffer.dim} != tree dim {tree.dim}")
-    n = len(wc)
-    bucket = bucket_for(n, ladder)
-    if bucket > buffer.capacity:
-        raise ValueError(f"materialize: bucket {bucket} exceeds the buffer capacity {buffer.capacity}")
-    dev = buffer.embeds.device
-    lods = torch.tensor(wc.lods(), dtype=torch.long, device=dev)  # [n]
-    idx = torch.tensor([i for _, i in wc.entries], dtype=torch.long, device=dev)  # [n]
-    slots = torch.arange(n, device=dev)
-    for lod in range(wc.max_lod + 1):
-        sel = lods == lod
-        buffer.embeds.index_copy_(0, slots[sel], tree.level(lod).to(dev, buffer.embeds.dtype).index_select(0, idx[sel]))
-    buffer.embeds[n:bucket].zero_()
-    buffer.mask[:n] = True
-    buffer.mask[n:bucket] = False
-    buffer.positions[:n] = torch.tensor(wc.positions(), dtype=torch.float32, device=dev)
-    buffer.positions[n:bucket] = 0.0
-    buffer.lods[:n] = lods
-    buffer.lods[n:bucket] = 0
-    ids = tree.token_ids().to(dev).index_select(0, torch.where(lods == 0, idx, 0))  # gists read row 0, then PAD
-    buffer.token_ids[:n] = torch.where(lods == 0, ids, PAD_ID)
-    buffer.token_ids[n:bucket] = PAD_ID
-    return MaterializedWC(embeds=buffer.embeds[:bucket], mask=buffer.mask[:bucket],
-                          positions=buffer.positions[:bucket], lods=buffer.lods[:bucket],
-                          token_ids=buffer.token_ids[:bucket], length=n, bucket=bucket)
-
-
-def gather_batched(levels: list[Tensor], wcs: list[WorkingContext], bucket: int, *,
-                   token_ids: Tensor | None = None) -> dict:
-    """Training gather: B*V working contexts over B sequences' levels, one differentiable gather.
-
-    ``levels``: from :func:`mc.tree.gist_levels`, ``[B, N_L, D]`` per level. Row ``r`` of
-    ``wcs`` belongs to sequence ``r // V`` (``V = len(wcs) // B``). ``token_ids [B, T]``
-    (optional, keyword) fills the ``token_ids`` of LOD0 entries; without it the ``token_ids``
-    value is None (levels hold embeddings only). ``token_index`` ([R, bucket] long) is the token
-    position of each LOD0 entry, -1 for gists and padding.
-
-    Returns ``embeds [R, bucket, D]``, ``mask``, ``positions``, ``lods``, ``token_ids``,
-    ``token_index`` ([R, bucket]) and ``lengths [R]``. The index tables are built on the host
-    (:func:`mc.gather.gather_tables`), then moved; the embedding gather is one ``index_select``
-    over the concatenated level tables plus a zero row for padding (:func:`mc.gather.gather_planned`).
-    """
-    if not levels or any(not isinstance(l, Tensor) or l.dim() != 3 for l in levels):
-        raise ValueError("gather_batched: levels must be a non-empty list of [B, N_L, D] tensors")
-    B, T, D = levels[0].shape
-    K = wcs[0].block_size if wcs else 2
-    for lod, l in enumerate(levels):
-        if l.shape[0] != B or l.shape[2] != D or l.shape[1] != T // K**lod:
-            raise ValueError(f"gather_batched: level {lod} has shape {tuple(l.shape)}, expected [{B}, {T // K**lod}, {D}]")
-    tables = gather_tables(wcs, batch=B, tokens=T, max_lod=len(levels) - 1, bucket=bucket)
-    dev = levels[0].device
-    t = {k: v.to(dev) for k, v in tables.items() if k != "lod_map"}
-    embeds, mask = gather_planned(levels, t["index"], t["lengths"])
-    ids = None
-    if token_ids is not None:
-        if tuple(token_ids.shape) != (B, T):
-            raise ValueError(f"gather_batched: token_ids must be [B, T] = [{B}, {T}], got {tuple(token_ids.shape)}")
-        ids = token_ids_of(token_ids, t["token_index"], len(wcs) // B)
-    return {"embeds": embeds, "mask": mask, "positions": t["positions"], "lods": t["lods"], "token_ids": ids,
-            "token_index": t["token_index"], "lengths": t["lengths"]}
+    def grow_level(self) -> None:
+        """Allow one more level of detail (``max_lod += 1``): the K aligned top-level siblings become
+        collapsible. The tree must gain the level too (``LifetimeGistTree.grow_level``)."""
+        self.max_lod += 1

@@ -57,11 +57,13 @@ class MockGistNet(nn.Module):
         self.scale = nn.Parameter(torch.tensor(1.0))
         self.log = log
         self.raw_ptrs: list[int] = []
+        self.raw_alive: list = []
 
     def forward(self, blocks):
         self.log.append(("gistnet", _callers(), tuple(blocks.shape)))
         out = blocks.mean(1) * self.scale  # [N, D]
         self.raw_ptrs.append(out.data_ptr())
+        self.raw_alive.append(out)  # held, so a later tensor cannot reuse the address and fool the check
         return out
 
 
@@ -73,12 +75,14 @@ class MockLensNet(nn.Module):
         self.scale = nn.Parameter(torch.tensor(0.5))
         self.log = log
         self.raw_ptrs: list[int] = []
+        self.raw_alive: list = []
 
     def forward(self, embeds, mask, positions, lods, num_tokens):
         self.log.append(("lensnet", _callers(), tuple(embeds.shape)))
         feat = embeds.mean(-1) + positions / num_tokens[:, None] - 0.1 * lods.float()  # [B, W]
         out = torch.tanh(self.scale * feat) * mask  # padded entries score 0
         self.raw_ptrs.append(out.data_ptr())
+        self.raw_alive.append(out)  # held, so a later tensor cannot reuse the address and fool the check
         return out
 
 

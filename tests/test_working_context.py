@@ -35,6 +35,18 @@ def try_edit(wc: WorkingContext, kind: str, i: int) -> bool:
     return True
 
 
+def _appended_entries(wc, k):
+    """Entries an append of k tokens adds (independent count): tokens that stay in the new tail are
+    LOD0; tokens pushed past it enter as the fewest aligned complete nodes of lod <= max_lod."""
+    K, old, new = wc.block_size, wc.num_tokens, wc.num_tokens + k
+    tail = max(old, new - wc.recent_tokens)
+    count, pos = new - tail, old
+    while pos < tail:
+        w = max(K**lod for lod in range(wc.max_lod + 1) if pos % K**lod == 0 and pos + K**lod <= tail)
+        count, pos = count + 1, pos + w
+    return count
+
+
 @settings(max_examples=40, deadline=None)
 @given(geo=geometries(max_tokens=300, max_slack=60, max_recent=40), seed=st.integers(0, 2**31 - 1))
 def test_random_edit_sequences_keep_invariants(geo, seed):
@@ -48,9 +60,10 @@ def test_random_edit_sequences_keep_invariants(geo, seed):
         if r < 0.05:  # stream new tokens in
             k = rng.randint(0, wc.block_size + 1)
             before = wc.copy()
-            if len(wc) + k <= wc.max_entries:
+            added = _appended_entries(wc, k)
+            if len(wc) + added <= wc.max_entries:
                 wc.append_tokens(k)
-                assert wc.num_tokens == before.num_tokens + k
+                assert wc.num_tokens == before.num_tokens + k and len(wc) == len(before) + added
             else:
                 with pytest.raises(ValueError, match="budget"):
                     wc.append_tokens(k)

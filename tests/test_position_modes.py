@@ -1,0 +1,82 @@
+"""Position modes (mc.positions): the bounded mode keeps every base-model position inside the window."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import mc.controller as controller_module
+from _tiny_config import TINY
+from mc.build import build_controller
+from mc.config import ConfigError
+from mc.config_loading import load_config
+from mc.positions import base_positions
+from mc.working_context import WorkingContext
+
+WINDOW, RECENT = 64, 8
+
+
+def wc_positions(n: int, *, K=4, max_lod=3, max_entries=32) -> tuple[torch.Tensor, torch.Tensor]:
+    wc = WorkingContext.build(n, block_size=K, max_lod=max_lod, max_entries=max_entries, recent_tokens=RECENT)
+    pos = torch.tensor(wc.positions())
+    pad = 40 - len(pos)  # a padded row, as the buffers hold it
+    return torch.cat([pos, torch.zeros(pad)])[None], torch.cat([torch.ones(len(pos), dtype=torch.bool),
+                                                                torch.zeros(pad, dtype=torch.bool)])[None]
+
+
+@pytest.mark.parametrize("n", [1, 9, 40, 63, 64])
+def test_bounded_equals_global_inside_the_window(n):
+    pos, mask = wc_positions(n)
+    out = base_positions(pos, mask, mode="bounded", window=WINDOW, recent=RECENT)
+    assert torch.equal(out, pos)
+    assert torch.equal(base_positions(pos, mask, mode="global", window=WINDOW, recent=RECENT), pos)
+
+
+@pytest.mark.parametrize("n", [65, 100, 1000, 6400, 10**6])
+def test_bounded_stays_in_the_window_keeps_order_and_the_tail_exact(n):
+    pos, mask = wc_positions(n, max_lod=10)
+    out = base_positions(pos, mask, mode="bounded", window=WINDOW, recent=RECENT)
+    real, mapped = pos[mask], out[mask]
+    assert mapped.min() >= 0 and mapped.max() <= WINDOW - 1
+    assert mapped.max() == WINDOW - 1  # the newest token sits at the end of the window
+    assert (mapped[1:] > mapped[:-1]).all(), "order of the entries is kept"
+    tail = real >= n - RECENT
+    assert tail.sum() == RECENT
+    torch.testing.assert_close(mapped[tail] - mapped[tail][0], real[tail] - real[tail][0], rtol=0, atol=1e-3)
+    assert (out[~mask] == 0).all()  # padding untouched
+
+
+def test_unknown_mode_and_a_tail_as_long_as_the_window_are_refused():
+    pos, mask = wc_positions(100)
+    with pytest.raises(ValueError, match="unknown position mode"):
+        base_positions(pos, mask, mode="slots", window=WINDOW, recent=RECENT)
+    with pytest.raises(ConfigError, match="mc.positions"):
+        load_config(TINY + ["mc.positions=slots"])
+    with pytest.raises(ConfigError, match="max_seq_len"):
+        load_config(TINY + ["mc.positions=bounded", "mc.recent_tokens=64", "mc.max_entries=80",
+                            "mc.bucket_ladder=[16,80]", "eval.tail_tokens=8"])
+
+
+@pytest.mark.parametrize("mode", ["bounded", "global"])
+def test_no_position_past_the_window_reaches_the_base_in_a_long_session(monkeypatch, mode):
+    """A session of 100x model.max_seq_len tokens (tiny config: 64 -> 6,400 and on), eager nets."""
+    cfg = load_config(TINY + [f"mc.positions={mode}", "allocator.inference.refocus_interval=16"])
+    ctrl = build_controller(cfg)
+    seen = []
+    real_rotary = controller_module.lod_rotary_cos_sin
+
+    def spy(positions, lods, *args, **kwargs):
+        seen.append(float(positions.max()))
+        return real_rotary(positions, lods, *args, **kwargs)
+    monkeypatch.setattr(controller_module, "lod_rotary_cos_sin", spy)
+    window = cfg.model.max_seq_len
+    g = torch.Generator().manual_seed(0)
+    ctrl.begin_session(torch.randint(0, 250, (100 * window,), generator=g))
+    ctrl.next_token_logits()
+    for _ in range(40):  # then stream, refocus on schedule, and read logits
+        ctrl.append(torch.randint(0, 250, (1,), generator=g))
+        ctrl.next_token_logits()
+    assert len(seen) == 41
+    if mode == "bounded":
+        assert max(seen) <= window - 1
+    else:  # the control: the global mode does feed positions the base never saw
+        assert max(seen) > 100 * window - 2
