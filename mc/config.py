@@ -19,7 +19,7 @@ LONG_TASKS = ("passkey", "multi_needle")  # mc.data.long_tasks
 LONG_RANGE_VARIANTS = ("recency", "compressed", "focused", "random", "oracle")
 DEVICES = ("auto", "cpu", "cuda")
 GIST_POOLINGS = ("mean_mlp", "query")
-BENCH_CASES = ("lensnet", "train", "tree")
+BENCH_CASES = ("lensnet", "train", "tree", "session")
 
 # Byte-level vocabulary: ids 0..255 are bytes, then three specials.
 BOS_ID, EOS_ID, PAD_ID = 256, 257, 258
@@ -221,6 +221,8 @@ class BenchConfig:
     cases: list[str] = field(default_factory=lambda: ["lensnet", "train", "tree"])  # allocator call, micro-step, appends
     quick: bool = False  # tiny shapes and few repetitions instead of this config's shapes
     reps: int = 0  # timed repetitions per case (0 = the benchmark's default)
+    session_lengths: list[int] = field(default_factory=lambda: [1_000, 10_000, 100_000, 1_000_000])  # "session" case:
+    #                                          history lengths N at which one append and one refocus are timed
 
 
 @dataclass

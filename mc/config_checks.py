@@ -123,6 +123,8 @@ def validate(cfg: RunConfig) -> RunConfig:
         _fail("bench.modes", list(b.modes), f"expected a non-empty list of {', '.join(COMPILE_MODES[1:])} (eager always runs)")
     if not b.cases or any(c not in BENCH_CASES for c in b.cases):
         _fail("bench.cases", list(b.cases), f"expected a non-empty list of {', '.join(BENCH_CASES)}")
+    if not b.session_lengths or any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in b.session_lengths):
+        _fail("bench.session_lengths", list(b.session_lengths), "expected a non-empty list of positive integers")
     _positive("bench.reps", b.reps, 0, " (0 = default)")
     e = cfg.eval
     for k in ("n_docs", "doc_tokens", "tail_tokens"):

@@ -65,3 +65,24 @@ def test_quick_bench_subprocess(tmp_path):
     md = out_md.read_text()
     assert "| case | mode | median | ratio to eager |" in md and "lensnet_call@32 | default" in md
     assert res["torch"] and res["device_name"] and res["date"]
+
+
+def test_session_case_times_appends_and_refocuses_at_each_length(tmp_path):
+    """The session case (eager, quick lengths 500 and 5k): one row per length and kind, and the
+    scaling summary that compares the longest length with the shortest."""
+    out_json, out_md = tmp_path / "s.json", tmp_path / "s.md"
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "mc_bench.py"), "--quick", "--modes", "eager",
+                           "--cases", "session", "--reps", "5", "--json", str(out_json), "--md", str(out_md)],
+                          cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    rows = {r["case"]: r for r in json.loads(out_json.read_text())["rows"]}
+    assert set(rows) == {f"session_{k}@{n}" for k in ("append", "refocus") for n in ("500", "5k")}
+    assert all(r["median_s"] > 0 and r["reps"] >= 3 for r in rows.values())
+    md = out_md.read_text()
+    assert "session append, eager: 5k / 500 = " in md and "session refocus, eager: 5k / 500 = " in md
+
+
+def test_session_lengths_are_validated():
+    with pytest.raises(ConfigError, match="bench.session_lengths"):
+        apply_overrides(RunConfig(), ["bench.session_lengths=[1000,0]"])

@@ -37,7 +37,7 @@ import torch
 
 from mc.config import RunConfig, from_dict, to_dict
 from mc.config_checks import validate
-from mc.app.bench_cases import CASE_GROUPS, build_cases
+from mc.app.bench_cases import CASE_GROUPS, DEFAULT_CASES, build_cases
 from mc.io import write_text
 
 MODES = ("eager", "default", "reduce-overhead", "max-autotune-no-cudagraphs")
@@ -50,6 +50,7 @@ QUICK_OVERRIDES = (
     "mc.bucket_ladder=[16,32]", "mc.gist_bucket_ladder=[4,16]", "mc.history_tokens=64",
     "mc.n_random_variants=1", "train.stage2.batch_size=1", "eval.tail_tokens=8",
     "data.recall.doc_tokens=256", "data.recall.n_records=2", "eval.doc_tokens=256",
+    "bench.session_lengths=[500,5000]",
 )
 
 
@@ -115,7 +116,7 @@ def _graphs(monitor) -> dict:
 
 
 def run_worker(cfg: RunConfig, mode: str, *, phase: str, cache_path: str | None, reps: int,
-               max_case_s: float, cases: Sequence[str] = CASE_GROUPS) -> dict:
+               max_case_s: float, cases: Sequence[str] = DEFAULT_CASES) -> dict:
     """Run every case under ``mode`` in THIS process (call it in a fresh subprocess)."""
     from mc.build import build_controller, resolve_device  # noqa: PLC0415
     from mc.compile.boundary import load_mega_cache, mega_cache_unavailable, save_mega_cache  # noqa: PLC0415
@@ -134,9 +135,9 @@ def run_worker(cfg: RunConfig, mode: str, *, phase: str, cache_path: str | None,
     telemetry = Telemetry(device=device)
     telemetry.start()  # count compiles even when nothing would start it (eager: stays at 0)
     ctrl = build_controller(cfg, device=device, telemetry=telemetry)
-    for name, fn in build_cases(ctrl, cfg, device):
-        if not any(name.startswith(c) for c in cases):
-            continue
+    # The warm phase times first calls after loading the Mega-Cache; a session case's first call is not one.
+    groups = [c for c in cases if not (phase == "warm" and c == "session")]
+    for name, fn in build_cases(ctrl, cfg, device, groups):
         before = _graphs(telemetry.monitor)
         _sync(device)
         t = time.perf_counter()
@@ -217,7 +218,7 @@ def device_name(device: str) -> str:
 
 
 def run_bench(cfg: RunConfig, modes: Sequence[str] = MODES, *, quick: bool = False, reps: int | None = None,
-              timeout: float = 900.0, progress: bool = True, cases: Sequence[str] = CASE_GROUPS) -> dict:
+              timeout: float = 900.0, progress: bool = True, cases: Sequence[str] = DEFAULT_CASES) -> dict:
     """Run every mode (eager first: it is the reference) and assemble the result dict."""
     bad_cases = [c for c in cases if c not in CASE_GROUPS]
     if bad_cases or not cases:
@@ -261,6 +262,8 @@ def run_bench(cfg: RunConfig, modes: Sequence[str] = MODES, *, quick: bool = Fal
                 warm_first = f"n/a ({r['warm']['error']})"
             elif warm_rec is not None:
                 warm_first = warm_rec["first_call_s"]
+            elif name.startswith("session_"):
+                warm_first = "n/a (not a first call)"
             else:
                 warm_first = r["mega_cache"] if mode != "eager" else "n/a (eager)"
             rows.append({"case": name, "mode": mode, "median_s": rec["median_s"], "min_s": rec["min_s"],
@@ -312,11 +315,24 @@ def to_markdown(res: dict) -> str:
         graphs = "n/a" if r["graphs"] is None else str(r["graphs"])
         lines.append(f"| {r['case']} | {r['mode']} | {_fmt_s(r['median_s'])} | {ratio} | "
                      f"{_fmt_s(r['first_call_cold_s'])} | {_fmt_s(r['first_call_warm_s'])} | {graphs} |")
+    lines += _session_scaling(res["rows"])
     for mode, err in res.get("errors", {}).items():
         lines.append(f"\n**{mode} failed**: {err.get('cold') or err.get('warm')}")
         if err.get("stderr_tail"):
             lines.append("```\n" + "\n".join(err["stderr_tail"]) + "\n```")
     return "\n".join(lines) + "\n"
+
+
+def _session_scaling(rows: list[dict]) -> list[str]:
+    """Per mode and kind: the session case's median at its longest length over the one at its shortest."""
+    out = []
+    for mode in dict.fromkeys(r["mode"] for r in rows):
+        for kind in ("append", "refocus"):
+            rs = [r for r in rows if r["mode"] == mode and r["case"].startswith(f"session_{kind}@") and r["median_s"]]
+            if len(rs) >= 2:
+                out.append(f"- session {kind}, {mode}: {rs[-1]['case'].split('@')[1]} / {rs[0]['case'].split('@')[1]} = "
+                           f"{rs[-1]['median_s'] / rs[0]['median_s']:.2f}x")
+    return ["", "Session cost vs history length (median at the longest / at the shortest; flat = 1.00x):", *out] if out else []
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -325,8 +341,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--md", type=Path, default=None, help="write the Markdown table here")
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES, help="modes to compare (eager always runs)")
     p.add_argument("--quick", action="store_true", help="tiny shapes and few repetitions (tests, smoke runs)")
-    p.add_argument("--cases", nargs="+", default=list(CASE_GROUPS), choices=CASE_GROUPS,
-                   help="case groups: lensnet (allocator call per bucket), train (stage-2 micro-step), tree (appends)")
+    p.add_argument("--cases", nargs="+", default=list(DEFAULT_CASES), choices=CASE_GROUPS,
+                   help="case groups: lensnet (allocator call per bucket), train (stage-2 micro-step), tree (appends), "
+                   "session (one append and one refocus at each of bench.session_lengths)")
     p.add_argument("--reps", type=int, default=None, help="timed repetitions per case (default 5 quick / 20)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per worker subprocess")
     p.add_argument("overrides", nargs="*", help="config overrides key.path=value (e.g. train.device=cuda)")
