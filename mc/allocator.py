@@ -96,7 +96,9 @@ def standardize(vals: list[float]) -> list[float]:
     std = math.sqrt(sum((v - mean) ** 2 for v in vals) / n)
     if std <= 1e-6 * max(1.0, abs(mean)):  # constant scores (up to float noise): no preference at all
         return [0.0] * n
-    return [(v - median) / std for v in vals]
+    # Rounded: z-scores that should tie with a threshold exactly (two gists give z = +-1) would
+    # otherwise land on either side of it depending on the scale's float rounding.
+    return [round((v - median) / std, 9) for v in vals]
 
 
 class FocusAllocator:
