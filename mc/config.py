@@ -190,6 +190,9 @@ class TrainConfig:
     stage2: StageConfig = field(default_factory=lambda: StageConfig(steps=150, batch_size=2, grad_accum=2, lr=1e-3))
     log_every: int = 1  # stage 2: optimizer steps per metrics fetch (each fetch is one host-device sync)
     prefetch: int = 2  # stage 2: micro-steps whose host work a background thread prepares ahead (0 = inline)
+    # Under torchrun (--nproc): a collective that waits longer than this fails the run (a hung rank); a rank
+    # that dies is noticed within about a second. Must exceed rank 0's evaluation pauses (the others wait).
+    dist_timeout_s: int = 600
 
 
 @dataclass

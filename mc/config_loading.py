@@ -28,7 +28,7 @@ COMPILE_FLAGS: dict[str, tuple[str, ...]] = {
     "mc_compile_lensnet_inference": ("compile.lensnet.inference",),
     "mc_compile_gistnet": ("compile.gistnet.train", "compile.gistnet.inference"),
 }
-VALUE_FLAGS = ("preset", "compile_mode", "name", "stages", "force")
+VALUE_FLAGS = ("preset", "compile_mode", "name", "stages", "force", "nproc")
 BOOL_VALUES = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 
@@ -42,6 +42,7 @@ class WorkflowArgs:
     name: str | None = None
     stages: str | None = None  # comma list of stages to run (default: all)
     force: str | None = None  # comma list of stages to redo even when their outputs exist
+    nproc: int = 0  # --nproc N: stage 1/2 under torchrun on N ranks (0 = one process, no torchrun)
     overrides: list[str] = field(default_factory=list)  # Hydra key=value overrides, verbatim
 
     @property
@@ -90,6 +91,10 @@ def parse_workflow_args(argv: Sequence[str]) -> WorkflowArgs:
                     allowed = ", ".join(m for m in COMPILE_MODES if m != "off")
                     raise ConfigError(f"flag --compile_mode={value!r} is invalid: expected one of {allowed}")
                 args.compile_mode = value
+            elif name == "nproc":
+                if not value.isdigit() or int(value) < 1:
+                    raise ConfigError(f"flag --nproc={value!r} is invalid: expected a positive integer (processes, one device each)")
+                args.nproc = int(value)
             else:
                 setattr(args, name, value)
         elif "=" in item:

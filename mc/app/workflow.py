@@ -51,7 +51,7 @@ SUMMARY_FILES = {"env": "env.json", "data": "data.json", "stage1": "stage1/summa
 USAGE = """\
 usage: bash run10.sh [--preset NAME] [--mc_compile_lensnet=1] [--mc_compile_lensnet_inference=1]
                      [--mc_compile_gistnet=1] [--compile_mode MODE] [--name NAME]
-                     [--stages a,b] [--force a,b] [--dry-run] [--help] [key=value ...]
+                     [--stages a,b] [--force a,b] [--nproc N] [--dry-run] [--help] [key=value ...]
        (bash mc_run.sh [...] = run10.sh with all three compile flags on)
 
 Stages, in order (outputs under <out_dir>/<name>/; without --name: runs/<preset>/ for a preset's own
@@ -78,6 +78,8 @@ Flags (both --flag=V and --flag V work):
   --stages a,b                     run only these stages
   --force a,b                      redo these stages even if their outputs exist ("harness" re-runs
                                    the compile harness instead of reusing a recorded verdict; "all")
+  --nproc N                         stage1/stage2 under torchrun --standalone --nproc_per_node N (DDP: NCCL,
+                                   one GPU per rank; Gloo on CPU); see obsidian "Distributed training"
   --dry-run                        resolve, check and print the plan; run nothing, write nothing
   key=value                        any config override, passed to Hydra (e.g. train.stage2.steps=50)
 
@@ -306,6 +308,9 @@ def _resolve(argv: Sequence[str]) -> tuple[WorkflowArgs, RunConfig, dict[str, st
         cfg.name = default_run_name(cfg, lambda preset: load_config([f"preset={preset}"]))
     selected = _stage_set(args.stages, "--stages") or {s for s in STAGES if s != "bench" or cfg.bench.enabled}
     force = _stage_set(args.force, "--force", extra=("harness",))
+    if args.nproc > 1:  # the global batch must split evenly over the ranks: say so before anything runs
+        from mc.train.distributed import local_config  # noqa: PLC0415
+        local_config(cfg, args.nproc)
     run_dir = Path(cfg.out_dir) / cfg.name
     diff = check_recorded_config(cfg, run_dir, force & selected, STAGES)
     return args, cfg, plan_stages([s for s in STAGES if s in selected], force, run_dir), force, diff
@@ -343,9 +348,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             _say(f"removed {p} (a write a killed run left unfinished)")
         write_json(run_dir / "config.json", to_dict(cfg))
         gated = False
+        from mc.train.launch import gate_inputs, workflow_runners  # noqa: PLC0415
+        runners = {**STAGE_RUNNERS, **workflow_runners(args.nproc)}  # --nproc: stage 1/2 under torchrun
         for stage, what in plan.items():
             if needs_gate and not gated and stage in TRAINING and what == "run":
-                ok, msg = gate(cfg, args, run_dir, rerun="harness" in force)
+                ok, msg = gate(*gate_inputs(cfg, args), run_dir, rerun="harness" in force)
                 if not ok:
                     print(f"run10: error: {msg}", file=sys.stderr)
                     return EXIT_GATE
@@ -357,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _say(f"{stage}: running")
             t0 = time.perf_counter()
             try:
-                result = STAGE_RUNNERS[stage](cfg, run_dir)
+                result = runners[stage](cfg, run_dir)
             except Exception as exc:  # noqa: BLE001 - report which stage failed, then stop
                 _report_stage_error(stage, exc)
                 return EXIT_STAGE
@@ -375,8 +382,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _report_stage_error(stage: str, exc: Exception) -> None:
     """A user-facing error (bad config, unreadable checkpoint) in one line; anything else with its traceback."""
     from mc.train.checkpoint import CheckpointError  # noqa: PLC0415
+    from mc.train.launch import DistributedRunError  # noqa: PLC0415 - the ranks printed their own errors
 
-    if isinstance(exc, (ConfigError, CheckpointError)):
+    if isinstance(exc, (ConfigError, CheckpointError, DistributedRunError)):
         print(f"run10: error: stage {stage}: {exc}", file=sys.stderr)
         return
     traceback.print_exc()

@@ -142,6 +142,7 @@ class Telemetry:
         self.device = device
         self.log = log
         self.cudagraphs_expected = False  # set by the boundary when a net runs reduce-overhead
+        self.tags: dict[str, Any] = {}  # merged into every event (distributed training: rank, world_size)
         self._jsonl = None
         self.jsonl_path = Path(jsonl_path) if jsonl_path else None
         if self.jsonl_path is not None:
@@ -175,7 +176,7 @@ class Telemetry:
         """Append one event to the JSONL stream (no-op without a path)."""
         if self._jsonl is None:
             return
-        line = json.dumps(event, default=str)
+        line = json.dumps({**event, **self.tags} if self.tags else event, default=str)
         with self._write_lock:
             self._jsonl.write(line + "\n")
             self._jsonl.flush()

@@ -85,11 +85,32 @@ class CorpusSource:
     def sample_batch(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None) -> Tensor:
         return self.stream.sample_batch(batch_size, seq_len, generator)
 
+    def shard(self, rank: int, world: int) -> "CorpusSource":
+        """A copy reading only documents ``i % world == rank`` of this split (distributed training:
+        ranks read disjoint documents; see obsidian "Distributed training")."""
+        _check_shard(rank, world)
+        if world == 1:
+            return self
+        idx = list(range(rank, len(self.docs), world))
+        if not idx:
+            raise ValueError(f"corpus {self.name!r} ({self.split}) has {len(self.docs)} documents, fewer than the "
+                             f"{world} ranks: use fewer processes (--nproc) or a larger corpus")
+        out = object.__new__(CorpusSource)
+        out.__dict__.update(self.__dict__)
+        out.docs = self.docs.subset(idx, name=f"{self.docs.name}:shard{rank}of{world}")
+        out.stream = TokenStream(out.docs)
+        return out
+
     def fingerprint(self) -> dict:
         """Fingerprint of the whole corpus (both splits) plus this split's size."""
         fp = dict(self.all_docs.fingerprint())
         fp.update(source=self.name, split=self.split, split_docs=len(self.docs), split_bytes=self.docs.total_bytes())
         return fp
+
+
+def _check_shard(rank: int, world: int) -> None:
+    if not (isinstance(world, int) and world >= 1 and isinstance(rank, int) and 0 <= rank < world):
+        raise ValueError(f"shard rank={rank!r} of world={world!r} is invalid: expected 0 <= rank < world")
 
 
 def _recall_seed(split: str, k: int) -> int:
@@ -105,6 +126,14 @@ class RecallSource:
         self.cfg = cfg
         self.split = split
         self.name = "recall"
+        self.rank, self.world = 0, 1  # shard: this source draws document ids k * world + rank only
+
+    def shard(self, rank: int, world: int) -> "RecallSource":
+        """A copy drawing only the documents ``k * world + rank``: disjoint across ranks."""
+        _check_shard(rank, world)
+        out = RecallSource(self.cfg, self.split)
+        out.rank, out.world = rank, world
+        return out
 
     def doc(self, k: int, seq_len: int | None = None) -> RecallDoc:
         """The ``k``-th document of this split (length ``seq_len``, default ``cfg.doc_tokens``)."""
@@ -115,7 +144,7 @@ class RecallSource:
         _check_shape(batch_size, seq_len)
         ks = torch.randint(0, 2**31 - 1, (batch_size,), generator=generator).tolist()
         cfg = dataclasses.replace(self.cfg, doc_tokens=seq_len)
-        return recall_batch(cfg, [_recall_seed(self.split, k) for k in ks])
+        return recall_batch(cfg, [_recall_seed(self.split, k * self.world + self.rank) for k in ks])
 
     def sample_batch(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None) -> Tensor:
         return self.sample_docs(batch_size, seq_len, generator).ids
@@ -177,6 +206,15 @@ class Stage2Sampler:
         self.corpus = corpus
         self.recall = RecallSource(recall_cfg, split)
         self.recall_mix = float(recall_mix)
+
+    def shard(self, rank: int, world: int) -> "Stage2Sampler":
+        """A copy whose corpus and recall sources are rank ``rank``'s disjoint shard of ``world``."""
+        _check_shard(rank, world)
+        out = object.__new__(Stage2Sampler)
+        out.__dict__.update(self.__dict__)
+        out.corpus = None if self.corpus is None else self.corpus.shard(rank, world)
+        out.recall = self.recall.shard(rank, world)
+        return out
 
     def sample(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None) -> Stage2Batch:
         _check_shape(batch_size, seq_len)

@@ -115,12 +115,14 @@ def resume_into(saved: dict | None, net: Any, key: str, optimizer: torch.optim.O
 
 
 def loop_io(cfg: RunConfig, out_dir: Path, seq_len: int, saved: dict | None, step: int, *,
-            max_files: int | None) -> tuple[Stage2Sampler, Stage2Sampler, MetricsLog, dict[str, Any]]:
+            max_files: int | None, metrics_log: Callable[..., Any] = MetricsLog,
+            ) -> tuple[Stage2Sampler, Stage2Sampler, MetricsLog, dict[str, Any]]:
     """Train and val samplers of ``seq_len`` tokens, the metrics log (cut back to ``step`` on a
-    resume) and the summary dict (the checkpoint's on a resume, so a finished run reports it all)."""
+    resume; ``metrics_log`` makes it: under torchrun rank 0's log, a no-op on the other ranks) and
+    the summary dict (the checkpoint's on a resume, so a finished run reports it all)."""
     train_data = make_sampler(cfg, "train", seq_len, max_files=max_files)
     val_data = make_sampler(cfg, "val", seq_len, max_files=max_files)
-    metrics = MetricsLog(out_dir / "metrics.jsonl", resume_step=step if saved is not None else None)
+    metrics = metrics_log(out_dir / "metrics.jsonl", resume_step=step if saved is not None else None)
     summary: dict[str, Any] = dict(saved.get("summary") or {}) if saved is not None else {}
     return train_data, val_data, metrics, summary
 

@@ -14,6 +14,10 @@ the end, ``base.pt`` (weights only: what stage 2 loads).
 Resume: an existing ``ckpt.pt`` restores everything and training continues at its step (same
 batches, same losses as an uninterrupted run); when ``base.pt`` exists and the checkpoint has
 reached ``train.stage1.steps`` the function returns the saved summary at once.
+
+Under torchrun (``bash run10.sh --nproc N``) the model trains under DDP, each rank on its own data
+shard with the per-rank batch of :func:`mc.train.distributed.per_rank_batch`; the logged train loss
+is the mean over the ranks; rank 0 alone evaluates and writes (see obsidian "Distributed training").
 """
 from __future__ import annotations
 
@@ -31,7 +35,8 @@ from mc.config_checks import validate
 from mc.data.split import VAL_SEED_OFFSET
 from mc.io import clean_stale_tmp
 from mc.nets.gpt import GPT, next_token_loss
-from mc.train.checkpoint import load_checkpoint, require_keys, restore_rng, rng_state, save_checkpoint
+from mc.train import distributed
+from mc.train.checkpoint import load_checkpoint, require_keys, rng_state, save_checkpoint
 from mc.train.common import check_resume_config, finish_loop, loop_io, resume_into, setup_device
 from mc.train.optim import lr_at, make_optimizer, set_lr
 
@@ -82,37 +87,43 @@ def train_stage1(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
     elif base_path.exists() and st.steps == 0:
         return {"steps": 0, "skipped": True}
 
-    device = setup_device(cfg)
+    dist = distributed.current()  # torchrun: this rank (one device, a data shard); else a no-op
+    lst = dist.local(cfg).train.stage1  # per-rank micro-batch and accumulation (same global batch)
+    device = dist.place(setup_device(cfg))
     torch.manual_seed(cfg.train.seed)
     model = GPT(cfg.model).to(device)
     model.train()
     optimizer = make_optimizer(model.parameters(), st)
-    gen = torch.Generator().manual_seed(cfg.train.seed)  # batches (CPU generator: the samplers run on CPU)
+    gen = torch.Generator().manual_seed(dist.data_seed(cfg.train.seed))  # batches (CPU generator: the samplers run on CPU)
     step = resume_into(saved, model, "model", optimizer)
     if saved is not None:  # say so: a resumed run must not look like a fresh one (or a silent no-op)
         print(f"[stage1] resuming from step {step} of {st.steps} ({ckpt_path})", flush=True)
-        restore_rng(saved["rng"], gen)
-    train_data, val_data, metrics, summary = loop_io(cfg, out, cfg.model.max_seq_len, saved, step, max_files=max_files)
+        dist.restore_rng(saved, gen, seed=cfg.train.seed)
+    net = dist.wrap(model)  # DDP under torchrun (broadcasts rank 0's weights), else the model itself
+    train_data, val_data, metrics, summary = loop_io(cfg, out, cfg.model.max_seq_len, saved, step, max_files=max_files,
+                                                     metrics_log=dist.metrics_log)
+    train_data = dist.shard(train_data)  # this rank's disjoint share of the training documents
 
-    def checkpoint() -> None:
-        save_checkpoint(ckpt_path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
-                                    "rng": rng_state(gen), "config": to_dict(cfg), "summary": summary})
+    def checkpoint() -> None:  # a collective under torchrun (every rank's RNG state); rank 0 writes
+        dist.save(ckpt_path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                              "rng": rng_state(gen), "config": to_dict(cfg), "summary": summary})
 
     end = st.steps if stop_after is None else min(st.steps, stop_after)
     log_every = max(1, min(st.eval_every, 10))
     tokens_per_step = st.batch_size * st.grad_accum * cfg.model.max_seq_len
-    bar = tqdm(total=st.steps, initial=step, desc="stage1", disable=not progress, dynamic_ncols=True)
+    bar = tqdm(total=st.steps, initial=step, desc="stage1", disable=not (progress and dist.is_main), dynamic_ncols=True)
     t_log, tokens_since = time.perf_counter(), 0
     t_start, steps_run = time.perf_counter(), 0
     while step < end:
         lr = lr_at(step, st)
         set_lr(optimizer, lr)
         loss_sum = torch.zeros((), device=device)
-        for _ in range(st.grad_accum):
-            ids = train_data.sample(st.batch_size, cfg.model.max_seq_len, gen).tokens.to(device)
-            with _autocast(device):
-                loss = next_token_loss(model(ids), ids)
-            (loss / st.grad_accum).backward()
+        for micro in range(lst.grad_accum):
+            ids = train_data.sample(lst.batch_size, cfg.model.max_seq_len, gen).tokens.to(device)
+            with dist.micro_step(net, last=micro == lst.grad_accum - 1):  # no_sync but on the last
+                with _autocast(device):
+                    loss = next_token_loss(net(ids), ids)
+                (loss / lst.grad_accum).backward()
             loss_sum += loss.detach()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -123,22 +134,22 @@ def train_stage1(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
         bar.update(1)
         measure = step % st.eval_every == 0 or step == st.steps
         if step % log_every == 0 or measure or step == end:
-            train_loss = float(loss_sum) / st.grad_accum
+            train_loss = dist.mean({"loss": float(loss_sum) / lst.grad_accum}, device)["loss"]
             if not math.isfinite(train_loss):
                 raise FloatingPointError(f"stage 1 loss is {train_loss} at step {step} (lr {lr:.2e}); "
                                          "lower train.stage1.lr or check the data")
             now = time.perf_counter()
             rec = {"step": step, "train_loss": train_loss, "lr": lr, "tokens_per_s": tokens_since / max(now - t_log, 1e-9)}
-            if measure:
+            if measure and dist.is_main:  # the other ranks wait at the next all-reduce
                 rec["val_loss"] = evaluate_base(model, val_data, cfg, device)
                 summary["val_loss"] = rec["val_loss"]
             metrics.write(rec)
             summary.update(steps=step, train_loss=train_loss, tokens_per_s=rec["tokens_per_s"])
-            bar.set_postfix(loss=f"{train_loss:.3f}", **({"val": f"{rec['val_loss']:.3f}"} if measure else {}))
+            bar.set_postfix(loss=f"{train_loss:.3f}", **({"val": f"{rec['val_loss']:.3f}"} if "val_loss" in rec else {}))
             t_log, tokens_since = time.perf_counter(), 0
         if step % st.ckpt_every == 0 and step < end:
             checkpoint()
     finish_loop(bar, summary, step, steps_run, t_start, checkpoint)
-    if step >= st.steps:
+    if step >= st.steps and dist.is_main:
         save_checkpoint(base_path, model.state_dict())  # weights only (atomic too)
     return dict(summary, skipped=False)

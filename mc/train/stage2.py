@@ -24,6 +24,12 @@ the share of active entries whose score sign matches the target), ``baseline_los
 batches. Checkpoints (``controller.state_dict()``, optimizer, step, RNG incl. the data generator,
 config, summary) go atomically to ``run_dir/stage2/ckpt.pt`` every ``ckpt_every`` steps and at the
 end; an existing checkpoint is resumed, and one that reached ``train.stage2.steps`` returns at once.
+
+Under torchrun (``bash run10.sh --nproc N``) GistNet + LensNet (not the frozen base) train under one
+DDP instance that wraps the two aux modules and runs the controller's ``run_step`` as its forward
+(the helpers stay the only call sites of the nets), each rank on its own data shard with the
+per-rank batch of :func:`mc.train.distributed.per_rank_batch`; metrics are averaged over the
+ranks, rank 0 alone evaluates and writes (see obsidian "Distributed training").
 """
 from __future__ import annotations
 
@@ -36,11 +42,13 @@ import torch
 from tqdm.auto import tqdm
 
 from mc.build import build_controller
+from mc.compile.telemetry import Telemetry
 from mc.config import RunConfig, to_dict
 from mc.config_checks import validate
 from mc.controller import MCController
 from mc.io import clean_stale_tmp
-from mc.train.checkpoint import load_checkpoint, require_keys, restore_rng, rng_state, save_checkpoint
+from mc.train import distributed
+from mc.train.checkpoint import load_checkpoint, require_keys, rng_state
 from mc.train.common import check_resume_config, finish_loop, loop_io, resume_into, setup_device
 from mc.train.optim import lr_at, make_optimizer, set_lr
 from mc.train.prefetch import PlanPrefetcher
@@ -110,12 +118,17 @@ def train_stage2(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
         if saved["step"] >= st.steps:
             return dict(saved.get("summary") or {}, skipped=True)
 
-    device = setup_device(cfg)
-    controller = build_controller(cfg, device=device, base_weights=run_dir / "stage1" / "base.pt", run_dir=run_dir)
+    dist = distributed.current()  # torchrun: this rank (one device, a data shard); else a no-op
+    lcfg = dist.local(cfg)  # per-rank micro-batch: the shape this rank's controller warms up and trains at
+    lst = lcfg.train.stage2
+    device = dist.place(setup_device(cfg))
+    telemetry = Telemetry.from_config(cfg.telemetry, run_dir if dist.is_main else None, device=device)
+    telemetry.tags = dist.tags()  # rank and world_size on every event under torchrun
+    controller = build_controller(lcfg, device=device, base_weights=run_dir / "stage1" / "base.pt", telemetry=telemetry)
     controller.gistnet.train()
     controller.lensnet.train()
     optimizer = make_optimizer(controller.aux_parameters(), st)
-    gen = torch.Generator().manual_seed(cfg.train.seed + DATA_SEED_OFFSET)  # batches and variants
+    gen = torch.Generator().manual_seed(dist.data_seed(cfg.train.seed + DATA_SEED_OFFSET))  # batches and variants
     step = resume_into(saved, controller, "controller", optimizer)
     if saved is not None:  # say so: a resumed run must not look like a fresh one (or a silent no-op)
         print(f"[stage2] resuming from step {step} of {st.steps} ({ckpt_path})", flush=True)
@@ -124,19 +137,23 @@ def train_stage2(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
         # state after its warm-up is exactly what the checkpoint saved.
         controller.warmup()
     if saved is not None:
-        restore_rng(saved["rng"], gen)
+        dist.restore_rng(saved, gen, seed=cfg.train.seed + DATA_SEED_OFFSET)
+    # DDP over the trainable nets only (after warm-up: the compile cache is frozen before DDP exists)
+    trainable = {"gistnet": controller.gistnet, "lensnet": controller.lensnet}
+    aux = dist.wrap_aux(trainable if cfg.mc.freeze_base else {**trainable, "base": controller.base})
     train_data, val_data, metrics, summary = loop_io(cfg, out_dir, cfg.mc.history_tokens, saved, step,
-                                                     max_files=max_files)
+                                                     max_files=max_files, metrics_log=dist.metrics_log)
+    train_data = dist.shard(train_data)  # this rank's disjoint share of the training data
 
     # Host work of the next micro-steps (batch, variants, gather tables) runs in a thread while the
     # device runs this one; from here on only the prefetcher draws from `gen` (obsidian "Training").
     prefetch = PlanPrefetcher(lambda: controller.prepare_step(
-        train_data.sample(st.batch_size, cfg.mc.history_tokens, gen).tokens, gen), gen, depth=cfg.train.prefetch)
+        train_data.sample(lst.batch_size, cfg.mc.history_tokens, gen).tokens, gen), gen, depth=cfg.train.prefetch)
 
     def checkpoint() -> None:  # the data RNG as of the last consumed plan, not the ones made ahead
-        save_checkpoint(ckpt_path, {"controller": controller.state_dict(), "optimizer": optimizer.state_dict(),
-                                    "step": step, "rng": rng_state(prefetch.consumed_generator()),
-                                    "config": to_dict(cfg), "summary": summary})
+        dist.save(ckpt_path, {"controller": controller.state_dict(), "optimizer": optimizer.state_dict(),
+                              "step": step, "rng": rng_state(prefetch.consumed_generator()),
+                              "config": to_dict(cfg), "summary": summary})
 
     # Clip each net on its own: one joint norm would let GistNet's LM gradient (or an unfrozen
     # base's) shrink LensNet's preference updates, coupling two objectives that share no weights.
@@ -144,16 +161,18 @@ def train_stage2(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
     if not cfg.mc.freeze_base:
         clip_groups.append(list(controller.base.parameters()))
     end = st.steps if stop_after is None else min(st.steps, stop_after)
-    bar = tqdm(total=st.steps, initial=step, desc="stage2", disable=not progress, dynamic_ncols=True)
+    bar = tqdm(total=st.steps, initial=step, desc="stage2", disable=not (progress and dist.is_main), dynamic_ncols=True)
     acc: list[dict[str, torch.Tensor]] = []
     t_log, seqs_since = time.perf_counter(), 0
     t_start, steps_run = time.perf_counter(), 0
     while step < end:
         lr = lr_at(step, st)
         set_lr(optimizer, lr)
-        for _ in range(st.grad_accum):
-            out = controller.run_step(prefetch.next())
-            (out.total / st.grad_accum).backward()
+        for micro in range(lst.grad_accum):
+            plan = prefetch.next()
+            with dist.micro_step(aux, last=micro == lst.grad_accum - 1):  # no_sync but on the last
+                out = dist.forward(aux, lambda: controller.run_step(plan))
+                (out.total / lst.grad_accum).backward()
             controller.end_micro_step()
             acc.append(step_stats(out))
             del out
@@ -163,20 +182,20 @@ def train_stage2(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
         controller.zero_grad(optimizer)
         step += 1
         steps_run += 1
-        seqs_since += st.batch_size * st.grad_accum
+        seqs_since += st.batch_size * st.grad_accum  # the global batch (all ranks)
         bar.update(1)
         measure = step % st.eval_every == 0 or step == st.steps
         if not (step % cfg.train.log_every == 0 or measure or step == end or step % st.ckpt_every == 0):
             continue  # the metrics stay on the device until a log step: no host sync in this step
-        rec: dict[str, Any] = {"step": step, **_mean_stats(acc), "lr": lr}
+        rec: dict[str, Any] = {"step": step, **dist.mean(_mean_stats(acc), device), "lr": lr}
         acc = []
         if not math.isfinite(rec["lm_loss"]) or not math.isfinite(rec["pref_loss"]):
             raise FloatingPointError(f"stage 2 loss is not finite at step {step}: lm {rec['lm_loss']}, "
                                      f"pref {rec['pref_loss']} (lr {lr:.2e}); lower train.stage2.lr")
         now = time.perf_counter()
         rec["seq_per_s"] = seqs_since / max(now - t_log, 1e-9)
-        if measure:
-            rec.update(evaluate_stage2(controller, val_data, cfg))
+        if measure and dist.is_main:  # the other ranks wait at the next all-reduce
+            rec.update(evaluate_stage2(controller, val_data, lcfg))
             summary.update({k: v for k, v in rec.items() if k.startswith("val_")})
         metrics.write(rec)
         summary.update(steps=step, lm_loss=rec["lm_loss"], pref_loss=rec["pref_loss"], pref_acc=rec["pref_acc"],
@@ -186,6 +205,8 @@ def train_stage2(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
         if step % st.ckpt_every == 0 and step < end:
             checkpoint()
     prefetch.close()
+    if dist.enabled:  # each rank's compile counters (zero recompiles is a per-rank guarantee)
+        summary["ranks"] = dist.gather(distributed.compile_summary(dist.rank, controller.telemetry))
     finish_loop(bar, summary, step, steps_run, t_start, checkpoint)
     controller.telemetry.close()
     return dict(summary, skipped=False)

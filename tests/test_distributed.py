@@ -1,0 +1,189 @@
+"""Distributed training (torchrun + DDP, Gloo on CPU): batch arithmetic, shards, equivalence with
+one process, and the workflow's --nproc path with a rank killed mid-run (obsidian "Distributed training")."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+
+from _subproc import ROOT, subprocess_env
+from _tiny_config import TINY
+from mc.build import build_controller
+from mc.compile.telemetry import Telemetry
+from mc.config import ConfigError, DataConfig, RecallConfig, StageConfig
+from mc.nets.gpt import GPT
+from mc.train.checkpoint import load_checkpoint
+from mc.train.common import make_sampler, read_metrics
+from mc.train.distributed import Dist, local_config, per_rank_batch
+from mc.train.launch import run_distributed
+from mc.train.optim import lr_at, make_optimizer, set_lr
+from mc.train.stage2 import DATA_SEED_OFFSET
+from test_train import tiny_cfg
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="torchrun tests use Linux /proc")
+
+
+def test_per_rank_batch_keeps_the_global_batch():
+    assert per_rank_batch(8, 4, 2) == (8, 2)  # accumulation split first: the micro-batch (memory) is unchanged
+    assert per_rank_batch(2, 1, 2) == (1, 1)
+    assert per_rank_batch(6, 2, 4) == (3, 1)
+    assert per_rank_batch(4, 3, 2) == (3, 2)
+    for b, a, w in [(8, 4, 2), (2, 1, 2), (6, 2, 4), (4, 3, 2), (5, 2, 1)]:
+        micro, accum = per_rank_batch(b, a, w)
+        assert micro * accum * w == b * a and micro <= b
+    with pytest.raises(ConfigError, match="multiple of --nproc 2"):
+        per_rank_batch(3, 1, 2)
+    cfg = tiny_cfg()
+    cfg.train.stage1 = dataclasses.replace(cfg.train.stage1, batch_size=6, grad_accum=1)
+    local = local_config(cfg, 2)
+    assert (local.train.stage1.batch_size, local.train.stage1.grad_accum) == (3, 1)
+    assert (local.train.stage2.batch_size, local.train.stage2.grad_accum) == (2, 1)
+    assert local_config(cfg, 1) is cfg
+
+
+def test_rank_shards_are_disjoint_and_reproducible():
+    cfg = tiny_cfg()
+    cfg.data = DataConfig(source="stdlib", recall_mix=0.5, recall=RecallConfig(doc_tokens=64, n_records=1, key_len=2,
+                                                                                value_len=2))
+    base = make_sampler(cfg, "train", 64, max_files=12)
+    shards = [Dist(rank=r, world=2).shard(base) for r in range(2)]
+    keys = [set(s.corpus.docs.keys) for s in shards]
+    assert keys[0] and keys[1] and not keys[0] & keys[1] and keys[0] | keys[1] == set(base.corpus.docs.keys)
+    assert Dist().shard(base) is base  # one process: the sampler itself
+    docs = [s.recall.sample_docs(16, 64, torch.Generator().manual_seed(5)).ids for s in shards]
+    assert not {tuple(r.tolist()) for r in docs[0]} & {tuple(r.tolist()) for r in docs[1]}
+    again = shards[1].recall.sample_docs(16, 64, torch.Generator().manual_seed(5)).ids
+    assert torch.equal(docs[1], again)
+
+
+# ----------------------------------------------------------------------------- DDP == one process
+def _reference_stage2(cfg, run_dir: Path, world: int) -> dict[str, torch.Tensor]:
+    """One process over the same global batch: every rank's shard and micro-batches, in turn, with the
+    loss scaled by 1/(world * accum), which is the mean DDP's all-reduce forms."""
+    st, local = cfg.train.stage2, local_config(cfg, world).train.stage2
+    ctrl = build_controller(local_config(cfg, world), device=torch.device("cpu"),
+                            base_weights=run_dir / "stage1" / "base.pt", telemetry=Telemetry())
+    ctrl.gistnet.train()
+    ctrl.lensnet.train()
+    opt = make_optimizer(ctrl.aux_parameters(), st)
+    shards = []
+    for r in range(world):
+        d = Dist(rank=r, world=world)
+        shards.append((d.shard(make_sampler(cfg, "train", cfg.mc.history_tokens)),
+                       torch.Generator().manual_seed(d.data_seed(cfg.train.seed + DATA_SEED_OFFSET))))
+    groups = [list(ctrl.gistnet.parameters()), list(ctrl.lensnet.parameters())]
+    for step in range(st.steps):
+        set_lr(opt, lr_at(step, st))
+        for sampler, gen in shards:
+            for _ in range(local.grad_accum):
+                out = ctrl.train_step(sampler.sample(local.batch_size, cfg.mc.history_tokens, gen).tokens, gen)
+                (out.total / (local.grad_accum * world)).backward()
+                ctrl.end_micro_step()
+        for g in groups:
+            torch.nn.utils.clip_grad_norm_(g, 1.0)
+        opt.step()
+        ctrl.zero_grad(opt)
+    return {f"{net}.{k}": v for net, sd in ctrl.state_dict().items() for k, v in sd.items()}
+
+
+def test_stage2_under_ddp_equals_one_process_over_the_same_global_batch(tmp_path, monkeypatch):
+    cfg = tiny_cfg(s2_steps=3)
+    # global batch 4 = 2 ranks x (micro-batch 1 x 2 micro-steps): exercises no_sync on the first micro-step
+    cfg.train.stage2 = dataclasses.replace(cfg.train.stage2, batch_size=1, grad_accum=4, eval_every=100, ckpt_every=2)
+    torch.manual_seed(0)
+    (tmp_path / "stage1").mkdir()
+    torch.save(GPT(cfg.model).state_dict(), tmp_path / "stage1" / "base.pt")
+    for k, v in subprocess_env(MC_PROGRESS="0").items():
+        monkeypatch.setenv(k, v)
+    summary = run_distributed("stage2", cfg, tmp_path, 2)
+    assert summary["steps"] == 3 and [r["rank"] for r in summary["ranks"]] == [0, 1]
+    assert all(rec["world_size"] == 2 for rec in read_metrics(tmp_path / "stage2" / "metrics.jsonl"))
+    ckpt = load_checkpoint(tmp_path / "stage2" / "ckpt.pt")
+    assert ckpt["world_size"] == 2 and len(ckpt["rng_ranks"]) == 2
+    ddp = {f"{net}.{k}": v for net, sd in ckpt["controller"].items() for k, v in sd.items()}
+    ref = _reference_stage2(cfg, tmp_path, 2)
+    init = build_controller(cfg, device=torch.device("cpu"), telemetry=Telemetry()).state_dict()
+    moved = max(float((ref[k] - v).abs().max()) for net, sd in init.items() for k2, v in sd.items()
+                for k in [f"{net}.{k2}"])
+    assert moved > 1e-3, "the reference did not train: the comparison would be vacuous"
+    worst = max(float((ddp[k] - ref[k]).abs().max()) for k in ref)
+    assert ddp.keys() == ref.keys() and worst < 1e-5, f"DDP weights differ from one process by {worst:.2e}"
+
+
+# ----------------------------------------------------------------------------- workflow --nproc, kill, resume
+def _descendants_with(tag: str, rank: str) -> list[int]:
+    """Pids of processes whose environment carries ``tag`` and ``RANK=rank`` (the torchrun workers)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"MC_TEST_TAG={tag}".encode() in env and f"RANK={rank}".encode() in env:
+            found.append(int(entry.name))
+    return found
+
+
+def _workflow(tmp_path: Path, tag: str, *extra: str) -> subprocess.Popen:
+    args = [sys.executable, "-m", "mc.app.workflow", "--preset=smoke", "--nproc=2", "--name=ddp_smoke",
+            "--stages=env,stage1,stage2", f"out_dir={tmp_path}", "train.device=cpu", "data.source=recall",
+            "telemetry.jsonl=false", "train.dist_timeout_s=30", "train.stage1.steps=2", "train.stage1.eval_every=2",
+            "train.stage2.ckpt_every=2", "train.stage2.eval_every=1000", *extra]
+    return subprocess.Popen(args, cwd=str(ROOT), env=subprocess_env(MC_PROGRESS="0", MC_TEST_TAG=tag),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+STEPS = 60  # stage-2 steps of the killed run and of its resume
+
+
+def test_workflow_nproc2_survives_a_killed_rank_and_resumes(tmp_path):
+    tag = uuid.uuid4().hex
+    run = tmp_path / "ddp_smoke"
+    proc = _workflow(tmp_path, tag, f"train.stage2.steps={STEPS}")  # ~0.1 s a step: the kill lands mid-run
+    try:
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline and proc.poll() is None:
+            recs = read_metrics(run / "stage2" / "metrics.jsonl") if (run / "stage2" / "ckpt.pt").exists() else []
+            if recs and recs[-1]["step"] >= 3:
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, f"the run ended before the kill:\n{proc.communicate()[0][-3000:]}"
+        victims = _descendants_with(tag, "1")
+        assert victims, "rank 1's process was not found"
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        out = proc.communicate(timeout=60)[0]
+        waited = time.monotonic() - killed_at
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, out[-3000:]
+    assert waited < 30, f"the surviving rank took {waited:.0f} s to exit (timeout 30 s)"
+    assert "[mc rank 0/2] rank 1 (pid" in out and "died" in out, out[-3000:]
+    assert "re-run the same command (--nproc 2)" in out
+    ckpt_step = load_checkpoint(run / "stage2" / "ckpt.pt")["step"]
+    assert ckpt_step >= 2 and ckpt_step % 2 == 0
+    assert json.loads((run / "stage1" / "summary.json").read_text())["steps"] == 2
+
+    proc = _workflow(tmp_path, tag, f"train.stage2.steps={STEPS}")  # the same command resumes
+    out = proc.communicate(timeout=150)[0]
+    assert proc.returncode == 0, out[-4000:]
+    assert "stage1: skipped" in out
+    recs = read_metrics(run / "stage2" / "metrics.jsonl")
+    assert f"resuming from step {ckpt_step} of {STEPS}" in out
+    assert [r["step"] for r in recs] == list(range(1, STEPS + 1)), "resume redid or skipped steps"
+    assert all(r["world_size"] == 2 for r in recs)
+    assert all(r["world_size"] == 2 for r in read_metrics(run / "stage1" / "metrics.jsonl"))
+    assert json.loads((run / "stage2" / "summary.json").read_text())["steps"] == STEPS
