@@ -16,11 +16,10 @@ import pytest
 import torch
 
 from _subproc import ROOT, subprocess_env
-from _tiny_config import TINY
 from mc.build import build_controller
 from mc.compile.telemetry import Telemetry
-from mc.config import ConfigError, DataConfig, RecallConfig, StageConfig
-from mc.nets.gpt import GPT
+from mc.config import ConfigError, DataConfig, RecallConfig
+from mc.nets.gpt import GPT, next_token_loss
 from mc.train.checkpoint import load_checkpoint
 from mc.train.common import make_sampler, read_metrics
 from mc.train.distributed import Dist, local_config, per_rank_batch
@@ -115,6 +114,44 @@ def test_stage2_under_ddp_equals_one_process_over_the_same_global_batch(tmp_path
     moved = max(float((ref[k] - v).abs().max()) for net, sd in init.items() for k2, v in sd.items()
                 for k in [f"{net}.{k2}"])
     assert moved > 1e-3, "the reference did not train: the comparison would be vacuous"
+    worst = max(float((ddp[k] - ref[k]).abs().max()) for k in ref)
+    assert ddp.keys() == ref.keys() and worst < 1e-5, f"DDP weights differ from one process by {worst:.2e}"
+
+
+def _reference_stage1(cfg, world: int) -> dict[str, torch.Tensor]:
+    """Stage 1 in one process over the same global batch (every rank's shard, loss / (world * accum))."""
+    st, local = cfg.train.stage1, local_config(cfg, world).train.stage1
+    torch.manual_seed(cfg.train.seed)
+    model = GPT(cfg.model)
+    model.train()
+    opt = make_optimizer(model.parameters(), st)
+    shards = [(Dist(rank=r, world=world).shard(make_sampler(cfg, "train", cfg.model.max_seq_len)),
+               torch.Generator().manual_seed(Dist(rank=r, world=world).data_seed(cfg.train.seed))) for r in range(world)]
+    for step in range(st.steps):
+        set_lr(opt, lr_at(step, st))
+        for sampler, gen in shards:
+            for _ in range(local.grad_accum):
+                ids = sampler.sample(local.batch_size, cfg.model.max_seq_len, gen).tokens
+                (next_token_loss(model(ids), ids) / (local.grad_accum * world)).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return model.state_dict()
+
+
+def test_stage1_under_ddp_equals_one_process_over_the_same_global_batch(tmp_path, monkeypatch):
+    cfg = tiny_cfg(s1_steps=3)
+    cfg.train.stage1 = dataclasses.replace(cfg.train.stage1, batch_size=1, grad_accum=4, eval_every=100, ckpt_every=2)
+    for k, v in subprocess_env(MC_PROGRESS="0").items():
+        monkeypatch.setenv(k, v)
+    summary = run_distributed("stage1", cfg, tmp_path, 2)
+    assert summary["steps"] == 3
+    assert all(rec["world_size"] == 2 for rec in read_metrics(tmp_path / "stage1" / "metrics.jsonl"))
+    ddp = load_checkpoint(tmp_path / "stage1" / "base.pt")
+    ref = _reference_stage1(cfg, 2)
+    torch.manual_seed(cfg.train.seed)
+    init = GPT(cfg.model).state_dict()
+    assert max(float((ref[k] - init[k]).abs().max()) for k in ref) > 1e-3, "the reference did not train"
     worst = max(float((ddp[k] - ref[k]).abs().max()) for k in ref)
     assert ddp.keys() == ref.keys() and worst < 1e-5, f"DDP weights differ from one process by {worst:.2e}"
 
