@@ -18,7 +18,7 @@ import torch
 from _subproc import ROOT, subprocess_env
 from mc.build import build_controller
 from mc.compile.telemetry import Telemetry
-from mc.config import ConfigError, DataConfig, RecallConfig
+from mc.config import CompileConfig, ConfigError, DataConfig, RecallConfig
 from mc.nets.gpt import GPT, next_token_loss
 from mc.train.checkpoint import load_checkpoint
 from mc.train.common import make_sampler, read_metrics
@@ -94,28 +94,54 @@ def _reference_stage2(cfg, run_dir: Path, world: int) -> dict[str, torch.Tensor]
     return {f"{net}.{k}": v for net, sd in ctrl.state_dict().items() for k, v in sd.items()}
 
 
-def test_stage2_under_ddp_equals_one_process_over_the_same_global_batch(tmp_path, monkeypatch):
-    cfg = tiny_cfg(s2_steps=3)
-    # global batch 4 = 2 ranks x (micro-batch 1 x 2 micro-steps): exercises no_sync on the first micro-step
-    cfg.train.stage2 = dataclasses.replace(cfg.train.stage2, batch_size=1, grad_accum=4, eval_every=100, ckpt_every=2)
+def _stage2_ddp_vs_one_process(cfg, tmp_path, monkeypatch, tol: float) -> dict:
+    """Stage 2 on 2 Gloo ranks (torchrun), then the one-process reference (eager); rank 0's summary."""
     torch.manual_seed(0)
     (tmp_path / "stage1").mkdir()
     torch.save(GPT(cfg.model).state_dict(), tmp_path / "stage1" / "base.pt")
     for k, v in subprocess_env(MC_PROGRESS="0").items():
         monkeypatch.setenv(k, v)
     summary = run_distributed("stage2", cfg, tmp_path, 2)
-    assert summary["steps"] == 3 and [r["rank"] for r in summary["ranks"]] == [0, 1]
+    assert summary["steps"] == cfg.train.stage2.steps and [r["rank"] for r in summary["ranks"]] == [0, 1]
     assert all(rec["world_size"] == 2 for rec in read_metrics(tmp_path / "stage2" / "metrics.jsonl"))
     ckpt = load_checkpoint(tmp_path / "stage2" / "ckpt.pt")
     assert ckpt["world_size"] == 2 and len(ckpt["rng_ranks"]) == 2
     ddp = {f"{net}.{k}": v for net, sd in ckpt["controller"].items() for k, v in sd.items()}
-    ref = _reference_stage2(cfg, tmp_path, 2)
-    init = build_controller(cfg, device=torch.device("cpu"), telemetry=Telemetry()).state_dict()
+    eager = dataclasses.replace(cfg, compile=CompileConfig())  # the reference runs eagerly in this process
+    ref = _reference_stage2(eager, tmp_path, 2)
+    init = build_controller(eager, device=torch.device("cpu"), telemetry=Telemetry()).state_dict()
     moved = max(float((ref[k] - v).abs().max()) for net, sd in init.items() for k2, v in sd.items()
                 for k in [f"{net}.{k2}"])
     assert moved > 1e-3, "the reference did not train: the comparison would be vacuous"
     worst = max(float((ddp[k] - ref[k]).abs().max()) for k in ref)
-    assert ddp.keys() == ref.keys() and worst < 1e-5, f"DDP weights differ from one process by {worst:.2e}"
+    assert ddp.keys() == ref.keys() and worst < tol, f"DDP weights differ from one process by {worst:.2e}"
+    return summary
+
+
+def _stage2_cfg():
+    cfg = tiny_cfg(s2_steps=3)
+    # global batch 4 = 2 ranks x (micro-batch 1 x 2 micro-steps): exercises no_sync on the first micro-step
+    cfg.train.stage2 = dataclasses.replace(cfg.train.stage2, batch_size=1, grad_accum=4, eval_every=100, ckpt_every=2)
+    return cfg
+
+
+def test_stage2_under_ddp_equals_one_process_over_the_same_global_batch(tmp_path, monkeypatch):
+    _stage2_ddp_vs_one_process(_stage2_cfg(), tmp_path, monkeypatch, tol=1e-5)
+
+
+@pytest.mark.slow  # ~50 s with a cold Inductor cache (two ranks compile at once on 2 cores), ~10 s warm
+def test_compiled_stage2_under_ddp_keeps_zero_recompiles_per_rank(tmp_path, monkeypatch):
+    """LensNet compiled for training (Inductor "default"; one graph keeps the test short), freeze=fail,
+    under DDP: each rank warms up, then trains and (rank 0) evaluates with no compile, recompile or graph
+    break, and the weights still match the eager one-process run (Inductor's kernels round differently)."""
+    cfg = _stage2_cfg()
+    cfg.train.stage2 = dataclasses.replace(cfg.train.stage2, eval_every=2)  # rank 0 evaluates mid-run, compiled
+    cfg.compile.lensnet.train = "default"
+    summary = _stage2_ddp_vs_one_process(cfg, tmp_path, monkeypatch, tol=1e-4)
+    for rank in summary["ranks"]:
+        assert rank["compiled"] and rank["phase"] == "steady", rank
+        assert rank["warmup"]["compiles"] > 0 and rank["warmup"]["graph_breaks"] == 0, rank
+        assert rank["steady"] == {"compiles": 0, "recompiles": 0, "graph_breaks": 0}, rank
 
 
 def _reference_stage1(cfg, world: int) -> dict[str, torch.Tensor]:
