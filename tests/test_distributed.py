@@ -64,6 +64,27 @@ def test_rank_shards_are_disjoint_and_reproducible():
     assert torch.equal(docs[1], again)
 
 
+def test_nproc_flag_gate_inputs_and_an_uneven_batch(tmp_path, capsys):
+    from mc.app.workflow import main
+    from mc.config_loading import parse_workflow_args
+    from mc.train.launch import gate_inputs, workflow_runners
+
+    args = parse_workflow_args(["--preset", "smoke", "--nproc", "2"])
+    assert args.nproc == 2 and parse_workflow_args(["--preset=smoke"]).nproc == 0
+    for bad in ("0", "two", "-1"):
+        with pytest.raises(ConfigError, match="--nproc"):
+            parse_workflow_args([f"--nproc={bad}"])
+    cfg = tiny_cfg()  # stage1 2 x 1, stage2 2 x 2 global
+    gcfg, gargs = gate_inputs(cfg, args)  # the gate checks the shapes a rank runs: 2 x 2 -> 2 x 1, 2 x 1 -> 1 x 1
+    assert (gcfg.train.stage2.batch_size, gcfg.train.stage2.grad_accum, gcfg.train.stage1.batch_size) == (2, 1, 1)
+    assert {"train.stage2.grad_accum=1", "train.stage1.batch_size=1"} <= set(gargs.overrides)
+    assert gate_inputs(cfg, parse_workflow_args([])) == (cfg, parse_workflow_args([]))
+    assert set(workflow_runners(2)) == {"stage1", "stage2"} and workflow_runners(0) == {}
+    # smoke's stage-2 global batch (2 x 1) cannot split over 3 ranks: exit 2 before anything is written
+    assert main(["--preset=smoke", "--nproc=3", "--dry-run", f"out_dir={tmp_path}"]) == 2
+    assert "cannot be split evenly over 3 ranks" in capsys.readouterr().err and not any(tmp_path.iterdir())
+
+
 # ----------------------------------------------------------------------------- DDP == one process
 def _reference_stage2(cfg, run_dir: Path, world: int) -> dict[str, torch.Tensor]:
     """One process over the same global batch: every rank's shard and micro-batches, in turn, with the
