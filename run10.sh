@@ -6,6 +6,8 @@
 #     the report's plots; if that install fails the run goes on without plots);
 #   - runs from the repository root, so outputs land in runs/<name>/;
 #   - compile flags are honoured only after the compile harness passes on the same config.
+#   - --nproc N runs stage 1 and stage 2 under `torchrun --standalone --nproc_per_node N` (DDP: NCCL
+#     with one GPU per rank, Gloo on CPU; obsidian "Distributed training"); without it, one process.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$root"
