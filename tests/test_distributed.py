@@ -65,8 +65,8 @@ def test_rank_shards_are_disjoint_and_reproducible():
 
 
 def test_nproc_flag_gate_inputs_and_an_uneven_batch(tmp_path, capsys):
-    from mc.app.workflow import main
-    from mc.config_loading import parse_workflow_args
+    from mc.app.workflow import harness_argv, main
+    from mc.config_loading import compile_hash, load_config, parse_workflow_args
     from mc.train.launch import gate_inputs, workflow_runners
 
     args = parse_workflow_args(["--preset", "smoke", "--nproc", "2"])
@@ -79,6 +79,11 @@ def test_nproc_flag_gate_inputs_and_an_uneven_batch(tmp_path, capsys):
     assert (gcfg.train.stage2.batch_size, gcfg.train.stage2.grad_accum, gcfg.train.stage1.batch_size) == (2, 1, 1)
     assert {"train.stage2.grad_accum=1", "train.stage1.batch_size=1"} <= set(gargs.overrides)
     assert gate_inputs(cfg, parse_workflow_args([])) == (cfg, parse_workflow_args([]))
+    # the harness, given the gate's arguments, resolves the per-rank config: its verdict matches the gate's hash
+    args = parse_workflow_args(["--preset=h100", "--nproc=4", "--mc_compile_lensnet=1", "train.device=cpu"])
+    gcfg, gargs = gate_inputs(load_config(args.hydra_overrides()), args)
+    harness_cfg = load_config(parse_workflow_args(harness_argv(gargs)).hydra_overrides())
+    assert compile_hash(harness_cfg) == compile_hash(gcfg) and harness_cfg.train.stage2.batch_size == 4  # 8 x 2 on 4
     assert set(workflow_runners(2)) == {"stage1", "stage2"} and workflow_runners(0) == {}
     # smoke's stage-2 global batch (2 x 1) cannot split over 3 ranks: exit 2 before anything is written
     assert main(["--preset=smoke", "--nproc=3", "--dry-run", f"out_dir={tmp_path}"]) == 2
