@@ -337,7 +337,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _say(f"compile modes: {modes}")
     needs_gate = cfg.compile.any_on and any(plan.get(s) == "run" for s in COMPILED)
     _say("plan: " + ", ".join(f"{s}={p}" for s, p in plan.items())
-         + ("; compile gate before stage2/eval (before any training)" if needs_gate else ""))
+         + ("; compile gate before stage2/eval (before any training)" if needs_gate else "")
+         + (f"; stage1/stage2 under torchrun on {args.nproc} ranks (the rest in this process)" if args.nproc else ""))
     if dry_run:
         _say("dry run: nothing executed, nothing written")
         return 0
