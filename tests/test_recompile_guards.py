@@ -123,6 +123,8 @@ def test_parsers_on_torch_texts():
     entry = log.add_refused("steady", bare)  # an older torch listing no guards: its text is kept
     assert entry["frame"]["line"] == 3 and entry["guards"][0]["guard"].startswith("Detected recompile")
     assert log.summary("steady")["refused_recompiles"] == 1 and log.add_refused("steady", "other error") is None
+    oldest = log.add_refused("steady", "Detected recompile when torch.compile stance is 'fail_on_recompile'")
+    assert oldest["frame"]["function"] is None and "fail_on_recompile" in oldest["guards"][0]["guard"]
     frame = {"function": "f", "file": "a.py", "line": 1}
     new = [(frame, ["0/0: a", "0/1: b", "0/0: a2", "0/2: c", "0/1: b2", "0/0: a3"])]
     assert split_recompiles(new, ["0/1: b", "0/2: c"]) == [(frame, ["0/1: b", "0/0: a2"]),

@@ -330,7 +330,7 @@ def _compile(rep: _Report) -> None:
     by_trigger = Counter(str(r.get("trigger")) for r in compiles)
     ctime = sum(_num(r.get("duration_s")) or 0.0 for r in compiles if r.get("trigger") in ("DYNAMO", "LAZY_BACKWARD"))
     steady = [r for r in compiles if r.get("phase") == "steady"]
-    recompiles = [r for r in rows if r.get("kind") == "recompile"]
+    recompiles = [r for r in rows if r.get("kind") in ("recompile", "recompile_refused")]
     reentr = [r for r in rows if r.get("kind") == "reentrance"]
     rep.add(f"Telemetry: {len(rows)} events ({', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))})"
             + (f"; {note}" if note else "") + ".", "")
@@ -338,11 +338,15 @@ def _compile(rep: _Report) -> None:
             f"| compile events (by trigger) | {dict(by_trigger) or 0} |",
             f"| compile time (Dynamo + lazy backward) | {ctime:.2f} s |",
             f"| compiles after warm-up (steady phase) | {len(steady)} |",
-            f"| recompiles (with guard text) | {len(recompiles)} |",
+            f"| recompiles (with guard text; refused by freeze=fail included) | {len(recompiles)} |",
             f"| CUDA-graph recordings | {by_trigger.get('CUDAGRAPH_RECORDING', 0)} |",
             f"| re-entrance events | {len(reentr)} |", "")
-    for r in recompiles[:5]:
-        rep.add(f"- recompile `{r.get('co_name')}` ({r.get('phase')}): {' '.join(str(r.get('reason', '')).split())[:300]}")
+    if recompiles:
+        from mc.compile.guards import describe  # noqa: PLC0415 - only a run with recompiles needs it
+    for r in recompiles[:5]:  # every failed guard with its source line where the event has them
+        text = describe({**r, "refused": r["kind"] == "recompile_refused"}, 300) if r.get("guards") else \
+            f"recompile `{r.get('co_name')}`: {' '.join(str(r.get('reason', '')).split())[:300]}"
+        rep.add(f"- ({r.get('phase')}) {text}")
     if recompiles:
         rep.add("")
     if not compiles:

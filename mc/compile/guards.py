@@ -136,13 +136,15 @@ def parse_refused(text: str) -> dict | None:
     m = _REFUSED.search(text)
     if m:
         frame = {"function": m.group(2), "file": m.group(1), "line": int(m.group(3))}
-    else:
-        m = _RECOMPILING.search(text)
-        if not m or "guard failure" not in text:
-            return None
+    elif (m := _RECOMPILING.search(text)) and "guard failure" in text:
         frame = {"function": m.group(1), "file": m.group(2), "line": int(m.group(3))}
+    elif "Detected recompile when torch.compile stance" in text:  # older torch: neither frame nor guards
+        frame = {"function": None, "file": None, "line": None}
+    else:
+        return None
     reasons: list[list[str]] = []
-    for ln in text.split("guard failure(s):", 1)[-1].splitlines():
+    listed = text.split("guard failure(s):", 1)[1] if "guard failure(s):" in text else ""
+    for ln in listed.splitlines():
         body = ln.strip()
         if not body.startswith("-"):
             continue

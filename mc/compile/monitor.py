@@ -11,9 +11,8 @@ numbers become ``None``, never a silent 0):
   bounded deque, so they are diffed by object identity (not by length) and the bound is raised.
 - ``torch._dynamo.utils.counters``: ``graph_break`` (reason -> count), ``inductor.cudagraph_skips``
   and ``stats.unique_graphs``, diffed against the values at ``start()`` / ``freeze_point()``.
-- every failed guard of each recompile (not only the first, which is all the metrics keep), with
-  the frame and the source line, and the compiles ``fail_on_recompile`` refused
-  (:class:`mc.compile.guards.RecompileLog`; the boundary reports refusals via :meth:`record_refused`).
+- every failed guard of each recompile, compiled or refused by ``fail_on_recompile`` (the boundary
+  calls :meth:`record_refused`), with frame and source line: :class:`mc.compile.guards.RecompileLog`.
 
 ``torch._dynamo.reset()`` clears every registered compile callback; the monitor notices that at the
 next ``start()`` / ``snapshot()``, re-registers, and records a note that events may have been missed.
@@ -293,9 +292,11 @@ class CompileMonitor:
             with self._lock:
                 self._records[phase].append(rec)
             recs.append(rec)
-        for entry in self._recompile_log.add_compiled(phase, recs):  # every failed guard, not just the first
-            self._emit({"kind": "recompile", "phase": phase, "compile_id": entry["compile_id"], "co_name":
-                        entry["frame"]["function"], "reason": entry["reason"], "frame": entry["frame"], "guards": entry["guards"]})
+        with self._lock:  # snapshot() reads the log under this lock
+            entries = self._recompile_log.add_compiled(phase, recs)
+        for entry in entries:  # every failed guard, not just the first
+            self._emit({"kind": "recompile", "phase": phase, "co_name": entry["frame"]["function"],
+                        **{k: entry[k] for k in ("compile_id", "reason", "frame", "guards")}})
 
     def record_refused(self, error: BaseException | str) -> bool:
         """Record a compile that ``fail_on_recompile`` refused (nothing else sees it: no compile ran).
@@ -304,7 +305,7 @@ class CompileMonitor:
             return False
         with self._lock:
             phase = self.phase
-        entry = self._recompile_log.add_refused(phase, str(error))
+            entry = self._recompile_log.add_refused(phase, str(error))
         if entry is not None:
             self._emit({"kind": "recompile_refused", "phase": phase, "frame": entry["frame"], "guards": entry["guards"]})
         return entry is not None
