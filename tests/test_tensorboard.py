@@ -13,6 +13,7 @@ import pytest
 from _tiny_config import TINY
 from mc.app import workflow
 from mc.config import ConfigError
+from mc.config_checks import validate
 from mc.config_loading import load_config
 from mc.train import tb_log
 from mc.train.common import MetricsLog, read_metrics
@@ -90,6 +91,10 @@ def test_missing_package_is_a_one_line_startup_error(tmp_path, monkeypatch, caps
     with pytest.raises(ConfigError, match=r"pip install '\.\[tb\]'"):  # the library path says the same
         MetricsLog(tmp_path / "m.jsonl", resume_step=None, tensorboard_dir=tmp_path / "tb")
     tb_log.require_tensorboard(load_config([*TINY]))  # off: the package is not needed
+    cfg = tiny_cfg()
+    cfg.train.tensorboard = "yes"  # a RunConfig built in Python skips Hydra's type check: validate() has it
+    with pytest.raises(ConfigError, match="train.tensorboard='yes' is invalid: expected true or false"):
+        validate(cfg)
 
 
 def test_real_event_files_hold_the_scalars(tmp_path):
