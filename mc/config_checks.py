@@ -110,6 +110,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     _choice("train.device", t.device, DEVICES)
     _positive("train.log_every", t.log_every)
     _positive("train.prefetch", t.prefetch, 0, " (0 = host work inline, no thread)")
+    if not isinstance(t.tensorboard, bool):
+        _fail("train.tensorboard", t.tensorboard, "expected true or false")
     for stage in ("stage1", "stage2"):
         s = getattr(t, stage)
         for k in ("batch_size", "grad_accum", "eval_every", "eval_batches", "ckpt_every"):

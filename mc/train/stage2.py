@@ -187,5 +187,6 @@ def train_stage2(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
             checkpoint()
     prefetch.close()
     finish_loop(bar, summary, step, steps_run, t_start, checkpoint)
+    metrics.close()
     controller.telemetry.close()
     return dict(summary, skipped=False)
