@@ -78,8 +78,8 @@ class MCConfig:
     pref_beta: float = 2.0  # logistic sharpness of the per-entry preference loss (2: scores clear the allocator thresholds)
     min_loss_gap: float = 1e-3  # pairs whose loss gap is smaller carry no preference
     freeze_base: bool = True  # stage 2 leaves the base model frozen
-    positions: str = "global"  # base-model positions: "global" span centres, or "bounded" inside model.max_seq_len
-    #                            for any history length (POSITION_MODES; obsidian Positions)
+    positions: str = "bounded"  # base-model positions: "bounded" (= "global" inside model.max_seq_len, mapped into it
+    #                             past it) or "global" span centres (POSITION_MODES; obsidian Positions)
 
 
 @dataclass

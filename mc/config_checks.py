@@ -111,6 +111,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     _positive("train.log_every", t.log_every)
     _positive("train.prefetch", t.prefetch, 0, " (0 = host work inline, no thread)")
     _positive("train.dist_timeout_s", t.dist_timeout_s, 5, " (seconds; a collective waiting longer fails the run)")
+    if not isinstance(t.tensorboard, bool):
+        _fail("train.tensorboard", t.tensorboard, "expected true or false")
     for stage in ("stage1", "stage2"):
         s = getattr(t, stage)
         for k in ("batch_size", "grad_accum", "eval_every", "eval_batches", "ckpt_every"):

@@ -55,6 +55,8 @@ def _full_run(tmp_path):
         {"kind": "compile", "trigger": "DYNAMO", "phase": "warmup", "duration_s": 1.5},
         {"kind": "compile", "trigger": "LAZY_BACKWARD", "phase": "warmup", "duration_s": 0.5},
         {"kind": "recompile", "phase": "warmup", "co_name": "forward", "reason": "size mismatch"},
+        {"kind": "recompile_refused", "phase": "steady", "frame": {"function": "hook", "file": "u.py", "line": 5},
+         "guards": [{"compile_id": "1/1", "guard": "flag.capture == False", "source": "u.py:6 in hook"}]},
         {"kind": "step", "step": 0})) + "\n")
     (tmp_path / "bench").mkdir()
     (tmp_path / "bench" / "bench.json").write_text(json.dumps({
@@ -75,7 +77,8 @@ def test_report_with_every_part(tmp_path):
     assert "| focused | 2.300 [2.200, 2.400] (2.0 edits/refocus)" in text and "75.0%" in text
     assert "focus did nothing" not in text  # 1 of 2 refocuses idle: not more than half
     assert "focused − recency" in text
-    assert "PASSED" in text and "| recompiles (with guard text) | 1 |" in text
+    assert "PASSED" in text and "| recompiles (with guard text; refused by freeze=fail included) | 2 |" in text
+    assert "refused recompile of hook (u.py:5): 1/1: flag.capture == False [at u.py:6 in hook]" in text
     assert "lensnet_call@32" in text
     assert "1 unreadable line(s) skipped" in text  # the broken metrics line is counted, not fatal
     for png in ("lod_map_0.png", "stage1_losses.png", "stage2_losses.png", "stage2_accuracy.png", "eval_bars.png"):

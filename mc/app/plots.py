@@ -48,20 +48,39 @@ def _save(plt, fig, path: str | Path, *, tight_layout: bool = True, **savefig_kw
     return path
 
 
-def plot_curves(series: dict[str, tuple[Sequence[float], Sequence[float]]], path: str | Path, *, title: str,
-                xlabel: str = "step", ylabel: str = "") -> Path:
-    """Line plot of ``{label: (steps, values)}``."""
+def _legend_outside(ax) -> None:
+    """Legend to the right of the axes, so no curve is hidden under it."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=8, frameon=False)
+
+
+def plot_panels(panels: Sequence[tuple[str, str, dict[str, tuple[Sequence[float], Sequence[float]]]]],
+                path: str | Path, *, xlabel: str = "step") -> Path:
+    """One axis per ``(title, ylabel, {label: (steps, values)})``, stacked, sharing x; every axis
+    labelled, every legend outside its axis. Separate panels keep series of different scales
+    (an LM loss and a preference loss) from flattening each other."""
+    for title, ylabel, _ in panels:
+        if not ylabel:
+            raise ValueError(f"plot panel {title!r} has no y-axis label")
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=110)
-    for label, (xs, ys) in series.items():
-        ax.plot(list(xs), list(ys), label=label, marker="." if len(xs) < 40 else None, linewidth=1.4)
-    ax.set_title(title)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.grid(alpha=0.3)
-    if series:
-        ax.legend(fontsize=8)
-    return _save(plt, fig, path)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 3.0 * len(panels)), dpi=110, squeeze=False, sharex=True)
+    for ax, (title, ylabel, series) in zip(axes[:, 0], panels):
+        for label, (xs, ys) in series.items():
+            ax.plot(list(xs), list(ys), label=label, marker="." if len(xs) < 40 else None, linewidth=1.4,
+                    linestyle="--" if label.startswith("val_") else "-")  # validation curves dashed
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.xaxis.set_tick_params(labelbottom=True)  # sharex hides upper tick labels; each panel reads alone
+        ax.grid(alpha=0.3)
+        if series:
+            _legend_outside(ax)
+    return _save(plt, fig, path, bbox_inches="tight")
+
+
+def plot_curves(series: dict[str, tuple[Sequence[float], Sequence[float]]], path: str | Path, *, title: str,
+                ylabel: str, xlabel: str = "step") -> Path:
+    """Line plot of ``{label: (steps, values)}`` (one panel of :func:`plot_panels`)."""
+    return plot_panels([(title, ylabel, series)], path, xlabel=xlabel)
 
 
 def _token_lods(entries: Sequence[Sequence[int]], block_size: int) -> tuple[list[int], list[int], list[int]]:
@@ -101,6 +120,7 @@ def plot_lod_map(record: dict, path: str | Path) -> Path:
     ax.set_xlim(0, n)
     ax.set_ylim(-0.2, 2.6)
     ax.set_yticks([0.5, 1.5], [f"{label}\n{len(entries)} entries" for label, entries in rows], fontsize=7)
+    ax.set_ylabel("working context", fontsize=8)
     ax.set_xlabel("token position in the history")
     ax.set_title(f"{record.get('doc', '')}: {record.get('what', '')} ({n} tokens, K={K})", fontsize=9)
     ax.legend(handles=[Patch(color=colours[l], label=f"LOD{l} ({K ** l} tok)") for l in range(max_lod + 1)],
@@ -126,6 +146,8 @@ def plot_eval_bars(metrics: dict, variants: Sequence[str], path: str | Path) -> 
             hi.append(max(0.0, ci["hi"] - ci["mean"]))
         ax.bar(xs, means, yerr=[lo, hi], capsize=3, color=["#999999", "#6baed6", "#fd8d3c", "#31a354"][:len(xs)])
         ax.set_title(name.replace("_", " "), fontsize=9)
+        ax.set_xlabel("variant", fontsize=8)
+        ax.set_ylabel(f"{name.replace('_', ' ')} (mean, 95% CI)", fontsize=8)
         ax.tick_params(axis="x", labelrotation=30, labelsize=8)
         ax.grid(axis="y", alpha=0.3)
     return _save(plt, fig, path)
@@ -146,12 +168,12 @@ def plot_long_range_heatmaps(long_range: dict, task: str, path: str | Path) -> P
         ax.set_xticks(range(len(lengths)), [f"{n // long_range['base_window']}x" for n in lengths], fontsize=7)
         ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths], fontsize=7)
         ax.set_xlabel("history / base window", fontsize=8)
+        ax.set_ylabel("needle depth", fontsize=8)  # on every panel: each is read on its own
         for yi, row in enumerate(grid):
             for xi, val in enumerate(row):
                 if val == val:  # not NaN
                     ax.text(xi, yi, f"{val:.0%}", ha="center", va="center", fontsize=7,
                             color="white" if val < 0.5 else "black")
-    axes[0][0].set_ylabel("needle depth", fontsize=8)
     fig.suptitle(f"{task}: exact recall (budget {long_range['budget']} entries)", fontsize=10, y=1.06)
     if image is not None:
         fig.colorbar(image, ax=list(axes[0]), fraction=0.02, pad=0.02, label="exact recall")

@@ -125,8 +125,6 @@ class _Report:
 
 
 def _training(rep: _Report) -> None:
-    from mc.app.plots import plot_curves  # noqa: PLC0415
-
     rep.add("## Training curves", "")
     for stage, produced in (("stage1", "stage 1 (base pretraining)"), ("stage2", "stage 2 (GistNet + LensNet)")):
         path = rep.run_dir / stage / "metrics.jsonl"
@@ -145,14 +143,33 @@ def _training(rep: _Report) -> None:
             ys = series[k][1]
             rep.add(f"| {k} | {ys[0]:.4g} | {ys[-1]:.4g} | {min(ys):.4g} |")
         rep.add("")
-        losses = {k: v for k, v in series.items() if "loss" in k or k in ("gap",)}
-        if losses:
-            rep.plot(plot_curves, losses, rep.plot_dir / f"{stage}_losses.png", title=f"{stage} losses",
-                     alt=f"{stage} losses")
-        other = {k: v for k, v in series.items() if "acc" in k}
-        if other:
-            rep.plot(plot_curves, other, rep.plot_dir / f"{stage}_accuracy.png", title=f"{stage} accuracy",
-                     alt=f"{stage} accuracy")
+        _training_plots(rep, stage, series)
+
+
+_CE = "cross-entropy (nats/token)"
+
+
+def _training_plots(rep: _Report, stage: str, series: dict) -> None:
+    """LM losses on their own axis; stage 2's preference loss and gap (other scales) in a second
+    figure with one panel each; accuracy in a third. Every axis labelled (obsidian Training)."""
+    from mc.app.plots import plot_curves, plot_panels  # noqa: PLC0415
+
+    def pick(*names: str) -> dict:  # a metric and its val_ twin
+        return {k: series[k] for k in series if k.removeprefix("val_") in names}
+
+    lm = pick("train_loss", "val_loss", "lm_loss", "baseline_loss", "best_loss")
+    if lm:
+        rep.plot(plot_curves, lm, rep.plot_dir / f"{stage}_losses.png", title=f"{stage} language-model losses",
+                 ylabel=_CE, alt=f"{stage} losses")
+    aux = [(title, ylabel, sub) for title, ylabel, sub in (
+        ("LensNet preference loss", "preference loss", pick("pref_loss")),
+        ("gap = recency-baseline loss - best variant loss", "loss difference (nats/token)", pick("gap"))) if sub]
+    if aux:
+        rep.plot(plot_panels, aux, rep.plot_dir / f"{stage}_aux.png", alt=f"{stage} auxiliary losses")
+    acc = {k: v for k, v in series.items() if "acc" in k}
+    if acc:
+        rep.plot(plot_curves, acc, rep.plot_dir / f"{stage}_accuracy.png", title=f"{stage} preference accuracy",
+                 ylabel="share of entries with the right score sign", alt=f"{stage} accuracy")
 
 
 def _edits_per_refocus(per_doc: list[dict]) -> dict[str, dict[str, float]]:
@@ -313,7 +330,7 @@ def _compile(rep: _Report) -> None:
     by_trigger = Counter(str(r.get("trigger")) for r in compiles)
     ctime = sum(_num(r.get("duration_s")) or 0.0 for r in compiles if r.get("trigger") in ("DYNAMO", "LAZY_BACKWARD"))
     steady = [r for r in compiles if r.get("phase") == "steady"]
-    recompiles = [r for r in rows if r.get("kind") == "recompile"]
+    recompiles = [r for r in rows if r.get("kind") in ("recompile", "recompile_refused")]
     reentr = [r for r in rows if r.get("kind") == "reentrance"]
     rep.add(f"Telemetry: {len(rows)} events ({', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))})"
             + (f"; {note}" if note else "") + ".", "")
@@ -321,11 +338,15 @@ def _compile(rep: _Report) -> None:
             f"| compile events (by trigger) | {dict(by_trigger) or 0} |",
             f"| compile time (Dynamo + lazy backward) | {ctime:.2f} s |",
             f"| compiles after warm-up (steady phase) | {len(steady)} |",
-            f"| recompiles (with guard text) | {len(recompiles)} |",
+            f"| recompiles (with guard text; refused by freeze=fail included) | {len(recompiles)} |",
             f"| CUDA-graph recordings | {by_trigger.get('CUDAGRAPH_RECORDING', 0)} |",
             f"| re-entrance events | {len(reentr)} |", "")
-    for r in recompiles[:5]:
-        rep.add(f"- recompile `{r.get('co_name')}` ({r.get('phase')}): {' '.join(str(r.get('reason', '')).split())[:300]}")
+    if recompiles:
+        from mc.compile.guards import describe  # noqa: PLC0415 - only a run with recompiles needs it
+    for r in recompiles[:5]:  # every failed guard with its source line where the event has them
+        text = describe({**r, "refused": r["kind"] == "recompile_refused"}, 300) if r.get("guards") else \
+            f"recompile `{r.get('co_name')}`: {' '.join(str(r.get('reason', '')).split())[:300]}"
+        rep.add(f"- ({r.get('phase')}) {text}")
     if recompiles:
         rep.add("")
     if not compiles:

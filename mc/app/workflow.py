@@ -300,10 +300,12 @@ def gate(cfg: RunConfig, args: WorkflowArgs, run_dir: Path, *, rerun: bool = Fal
 def _resolve(argv: Sequence[str]) -> tuple[WorkflowArgs, RunConfig, dict[str, str], set[str], list[str]]:
     """Flags -> config, run folder and plan; every bad input raises ConfigError here (exit 2, nothing written)."""
     from mc.build import resolve_device  # noqa: PLC0415 - torch only once the flags parsed
+    from mc.train.tb_log import require_tensorboard  # noqa: PLC0415
 
     args = parse_workflow_args(argv)
     cfg = load_config(args.hydra_overrides())
     resolve_device(cfg.train.device)  # train.device=cuda without a GPU stops at start-up, not inside a stage
+    require_tensorboard(cfg)  # train.tensorboard=true without the package: exit 2 now, not in stage 1
     if args.name is None and not any(o.split("=", 1)[0].lstrip("+~") == "name" for o in args.overrides):
         cfg.name = default_run_name(cfg, lambda preset: load_config([f"preset={preset}"]))
     selected = _stage_set(args.stages, "--stages") or {s for s in STAGES if s != "bench" or cfg.bench.enabled}

@@ -179,6 +179,9 @@ class CompiledNet:
             _IN_FLIGHT.calls.append(token)
         try:
             return fn(*args)
+        except Exception as exc:
+            self.telemetry.monitor.record_refused(exc)  # a compile fail_on_recompile refused: keep its guards
+            raise
         finally:
             with _IN_FLIGHT.lock:
                 _IN_FLIGHT.calls.remove(token)

@@ -11,6 +11,8 @@ numbers become ``None``, never a silent 0):
   bounded deque, so they are diffed by object identity (not by length) and the bound is raised.
 - ``torch._dynamo.utils.counters``: ``graph_break`` (reason -> count), ``inductor.cudagraph_skips``
   and ``stats.unique_graphs``, diffed against the values at ``start()`` / ``freeze_point()``.
+- every failed guard of each recompile, compiled or refused by ``fail_on_recompile`` (the boundary
+  calls :meth:`record_refused`), with frame and source line: :class:`mc.compile.guards.RecompileLog`.
 
 ``torch._dynamo.reset()`` clears every registered compile callback; the monitor notices that at the
 next ``start()`` / ``snapshot()``, re-registers, and records a note that events may have been missed.
@@ -23,6 +25,8 @@ import warnings
 from typing import Any, Callable
 
 import torch
+
+from mc.compile.guards import RecompileLog
 
 PHASES = ("warmup", "steady")
 _EVENT_CAP = 5000  # events kept in memory; more are counted in "events_dropped"
@@ -144,6 +148,7 @@ class CompileMonitor:
         self.events: list[dict] = []
         self.events_dropped = 0
         self._listeners: list[Callable[[dict], None]] = []
+        self._recompile_log = RecompileLog()
         self._reset_phase_data()
 
     # ------------------------------------------------------------------ set-up
@@ -153,6 +158,7 @@ class CompileMonitor:
         self._seen_records: list[Any] = []  # the torch records already attributed (identity diff)
         self._counter_base = {p: None for p in PHASES}
         self._reason_missing = False
+        self._recompile_log.reset(PHASES)
 
     def _note(self, text: str) -> None:
         if text not in self.notes:
@@ -184,6 +190,8 @@ class CompileMonitor:
             self._note("torch._dynamo.utils.get_compilation_metrics unavailable: recompile guard texts not observable (None)")
         if _counter_values() is None:
             self._note("torch._dynamo.utils.counters unavailable: graph breaks / cudagraph skips not observable (None)")
+        if not self._recompile_log.failures.available():
+            self._note("torch._dynamo.utils.guard_failures unavailable: a recompile keeps only its first failed guard")
         with self._lock:
             self.phase = "warmup"
             self.events = []
@@ -270,6 +278,7 @@ class CompileMonitor:
             # an older CompilationMetrics without the field: a count of 0 would be a silent lie
             self._reason_missing = True
             self._note("compilation metrics carry no recompile_reason in this torch: recompiles not observable (None)")
+        recs = []
         for r in new:
             rec = {
                 "compile_id": getattr(r, "compile_id", None),
@@ -282,9 +291,24 @@ class CompileMonitor:
             }
             with self._lock:
                 self._records[phase].append(rec)
-            if rec["recompile_reason"]:
-                self._emit({"kind": "recompile", "phase": phase, "compile_id": rec["compile_id"],
-                            "co_name": rec["co_name"], "reason": rec["recompile_reason"]})
+            recs.append(rec)
+        with self._lock:  # snapshot() reads the log under this lock
+            entries = self._recompile_log.add_compiled(phase, recs)
+        for entry in entries:  # every failed guard, not just the first
+            self._emit({"kind": "recompile", "phase": phase, "co_name": entry["frame"]["function"],
+                        **{k: entry[k] for k in ("compile_id", "reason", "frame", "guards")}})
+
+    def record_refused(self, error: BaseException | str) -> bool:
+        """Record a compile that ``fail_on_recompile`` refused (nothing else sees it: no compile ran).
+        Returns False when ``error`` is not such a refusal or the monitor is not started."""
+        if not self.started:
+            return False
+        with self._lock:
+            phase = self.phase
+            entry = self._recompile_log.add_refused(phase, str(error))
+        if entry is not None:
+            self._emit({"kind": "recompile_refused", "phase": phase, "frame": entry["frame"], "guards": entry["guards"]})
+        return entry is not None
 
     # ------------------------------------------------------------------ reports
     def _phase_summary(self, phase: str) -> dict:
@@ -318,6 +342,7 @@ class CompileMonitor:
         else:
             out.update(graph_breaks=None, graph_break_reasons=[], cudagraph_skips=None, unique_graphs=None)
         out["cudagraph_skip_reasons"] = sorted({r["cudagraph_skip_reason"] for r in recs if r["cudagraph_skip_reason"]})
+        out.update(self._recompile_log.summary(phase))  # recompile_guards (frame + all guards), refused_recompiles
         return out
 
     def snapshot(self) -> dict:

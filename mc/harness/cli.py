@@ -22,7 +22,7 @@ from mc.io import write_json
 
 USAGE = """\
 usage: python scripts/mc_compile_harness.py [--json PATH] [--strict] [--base-weights PATH]
-                                            [--compile-budget SECONDS] [--inject recompile|alias]
+                                            [--compile-budget SECONDS] [--inject recompile|alias|hook]
                                             [run10 flags] [key=value ...]
 
 Proves that the resolved config is safe to run compiled: builds the real controller, warms it
@@ -42,8 +42,9 @@ reduce-overhead for LensNet train + inference and GistNet.
   --base-weights PATH    stage-1 weights for the base model (default: fresh weights)
   --compile-budget S     fail the compile_time check above S seconds (default: report only)
   --inject KIND          test hook proving the harness can fail: "recompile" (a call at an unwarmed
-                         shape after warm-up) or "alias" (LensNet's helper skips its clone);
-                         also env MC_HARNESS_INJECT
+                         shape after warm-up), "alias" (LensNet's helper skips its clone) or
+                         "hook" (a LensNet forward hook reading a flag flipped after warm-up:
+                         the verdict names the flag's guard); also env MC_HARNESS_INJECT
 examples:
   python scripts/mc_compile_harness.py --json v.json
   python scripts/mc_compile_harness.py --preset smoke --mc_compile_lensnet_inference=1

@@ -14,7 +14,7 @@ from typing import Any
 N_REFOCUS = 6  # appends (each triggering a refocus) per inference round
 N_ROUNDS = 2  # identical train + inference rounds; device memory must stay flat between them
 MIN_MICRO_STEPS = 2  # micro-steps per training round at least (gradient accumulation really happens)
-INJECTIONS = ("recompile", "alias")  # test hooks that prove the harness can fail (see mc.harness.run)
+INJECTIONS = ("recompile", "alias", "hook")  # test hooks that prove the harness can fail (see mc.harness.run)
 INJECT_ENV = "MC_HARNESS_INJECT"  # the CLI also takes the hook from this environment variable
 
 

@@ -17,8 +17,9 @@ state that exercises every compiled call site the way training and inference do:
 What it observes goes into a plain :class:`mc.harness.record.HarnessRecord` (the measuring tools
 are in :mod:`mc.harness.probes`); :func:`mc.harness.verdict.build_verdict` turns the record into the
 verdict dict. The CLI is :mod:`mc.harness.cli`. Test hooks, used only to prove the harness can
-fail: ``inject="recompile"`` (a call at an unwarmed shape after warm-up) and ``inject="alias"``
-(LensNet's helper skips its clone); the CLI also takes them from env ``MC_HARNESS_INJECT``.
+fail: ``inject="recompile"`` (a call at an unwarmed shape after warm-up), ``inject="alias"``
+(LensNet's helper skips its clone) and ``inject="hook"`` (a forward hook on LensNet closing over a
+flag flipped after warm-up, :mod:`mc.harness.inject`); the CLI also takes them from env ``MC_HARNESS_INJECT``.
 """
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ class HarnessRun:
                                     strict=bool(strict), inject=inject, compile_budget_s=compile_budget_s)
         self.tracked: list[tuple[str, torch.Tensor]] = []  # outputs tested for NaN/Inf at the end
         self.data_gen = torch.Generator().manual_seed(cfg.train.seed)
-        self.ctl = self.twin = self.spy = self.opt = self.telemetry = None
+        self.ctl = self.twin = self.spy = self.opt = self.telemetry = self.hook_flag = None
         self._strict_ctx = None
 
     # ------------------------------------------------------------------ plumbing
@@ -117,12 +118,18 @@ class HarnessRun:
         self.telemetry = Telemetry(device=self.device).start()  # before any compile, so every event is seen
         self.ctl = build_controller(self.cfg, device=self.device, base_weights=self.base_weights,
                                     telemetry=self.telemetry)
+        if self.inject == "hook":  # test hook: registered before warm-up, so the compiled graphs trace it
+            from mc.harness.inject import install_capture_hook  # noqa: PLC0415
+
+            self.hook_flag = install_capture_hook(self.ctl.lensnet)
 
     def warmup(self) -> None:
         t0 = time.perf_counter()
         self.ctl.warmup(torch.Generator().manual_seed(self.cfg.train.seed))
         self.record.timings["warmup_wall_s"] = round(time.perf_counter() - t0, 3)
         self.spy = RawSpy(self.ctl).install()
+        if self.hook_flag is not None:
+            self.hook_flag.capture = True  # flipped after warm-up: every later LensNet call fails its guard
         self.opt = torch.optim.AdamW(self.ctl.aux_parameters(), lr=self.cfg.train.stage2.lr)
         if self.inject == "alias":  # test hook: LensNet's helper hands out the raw compiled output
             self.ctl.compiled_lensnet.clone_outputs = lambda out, *, context: out
@@ -271,6 +278,8 @@ class HarnessRun:
 
         if self.spy is not None:
             self.spy.uninstall()
+        if self.hook_flag is not None:
+            self.hook_flag.handle.remove()
         if self.ctl is not None:
             self.ctl.compiled_lensnet.__dict__.pop("clone_outputs", None)
         unfreeze(self.telemetry.monitor if self.telemetry is not None else None)

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from mc.compile.guards import describe_all
 from mc.harness.record import HarnessRecord
 
 SCORE_TOL = 1e-3  # max |compiled - eager| / max |eager| (fp32; Inductor reorders reductions)
@@ -80,7 +81,9 @@ def build_verdict(h: HarnessRecord) -> dict:
     else:
         compiles = steady["compiles"] + (steady["lazy_backward_compiles"] or 0)
         rec = max(steady["recompiles"], compiles) + len(h.recompile_errors)
-        guards = [" ".join(r.split())[:600] for r in steady["recompile_reasons"]] + h.recompile_errors
+        # every failed guard of each recompile (compiled or refused), with its frame and source line
+        guards = describe_all(steady.get("recompile_guards") or []) or (
+            [" ".join(r.split())[:600] for r in steady["recompile_reasons"]] + h.recompile_errors)
         detail = ("guards: " + " | ".join(guards)) if guards else (
             f"{compiles} compiles after warm-up ({warm['compiles']} frame + {warm['lazy_backward_compiles']} "
             f"backward compiles in warm-up)" if rec == 0 else f"{compiles} compile event(s) after warm-up")

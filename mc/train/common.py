@@ -4,7 +4,7 @@ Owns: :func:`setup_device` (resolve + matmul precision), :func:`fit_recall` (a r
 fits a given sequence length, dropping records when the length is short), :func:`make_sampler`
 (the corpus + recall mix of ``data.recall_mix`` at one sequence length), :class:`MetricsLog`
 (``metrics.jsonl``: one JSON object per logged step, truncated back to the checkpoint's step on
-resume so a resumed run never shows steps twice) and :func:`check_resume_config`.
+resume so a resumed run never shows steps twice; mirrored to TensorBoard with ``train.tensorboard``) and :func:`check_resume_config`.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from mc.config import RecallConfig, RunConfig, to_dict
 from mc.data.loader import Stage2Sampler, make_source
 from mc.data.recall import check_recall_config
 from mc.io import write_text
+from mc.train.tb_log import TensorBoardLog
 
 
 def setup_device(cfg: RunConfig) -> torch.device:
@@ -56,10 +57,12 @@ def make_sampler(cfg: RunConfig, split: str, seq_len: int, *, max_files: int | N
 
 
 class MetricsLog:
-    """Append-only JSONL of per-step metrics; on resume, lines after the checkpoint step are cut."""
+    """Append-only JSONL of per-step metrics; on resume, lines after the checkpoint step are cut.
+    With ``tensorboard_dir`` each record's scalars also go to TensorBoard (:mod:`mc.train.tb_log`)."""
 
-    def __init__(self, path: Path, *, resume_step: int | None):
+    def __init__(self, path: Path, *, resume_step: int | None, tensorboard_dir: Path | None = None):
         self.path = Path(path)
+        self.tb = TensorBoardLog(tensorboard_dir, resume_step=resume_step) if tensorboard_dir is not None else None
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_step is None:
             write_text(self.path, "")
@@ -73,6 +76,12 @@ class MetricsLog:
             f.write(json.dumps(record) + "\n")
             f.flush()
             os.fsync(f.fileno())
+        if self.tb is not None:
+            self.tb.write(record)
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict]:
@@ -122,7 +131,8 @@ def loop_io(cfg: RunConfig, out_dir: Path, seq_len: int, saved: dict | None, ste
     the summary dict (the checkpoint's on a resume, so a finished run reports it all)."""
     train_data = make_sampler(cfg, "train", seq_len, max_files=max_files)
     val_data = make_sampler(cfg, "val", seq_len, max_files=max_files)
-    metrics = metrics_log(out_dir / "metrics.jsonl", resume_step=step if saved is not None else None)
+    metrics = metrics_log(out_dir / "metrics.jsonl", resume_step=step if saved is not None else None,
+                          tensorboard_dir=out_dir / "tb" if cfg.train.tensorboard else None)
     summary: dict[str, Any] = dict(saved.get("summary") or {}) if saved is not None else {}
     return train_data, val_data, metrics, summary
 

@@ -102,15 +102,20 @@ class _AuxNets(nn.Module):
 
 
 class _NullLog:
+    """The metrics log of ranks > 0: rank 0 alone writes (the means over all ranks)."""
+
     def write(self, record: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
         pass
 
 
 class _RankLog(MetricsLog):
     """Rank 0's metrics: every record says how many ranks trained it."""
 
-    def __init__(self, path: Path, *, resume_step: int | None, world: int):
-        super().__init__(path, resume_step=resume_step)
+    def __init__(self, path: Path, *, resume_step: int | None, world: int, tensorboard_dir: Path | None = None):
+        super().__init__(path, resume_step=resume_step, tensorboard_dir=tensorboard_dir)
         self.world = world
 
     def write(self, record: dict[str, Any]) -> None:
@@ -189,10 +194,13 @@ class Dist:
         tdist.all_reduce(t)
         return dict(zip(keys, (t / self.world).tolist()))
 
-    def metrics_log(self, path: Path, *, resume_step: int | None) -> MetricsLog | _NullLog:
+    def metrics_log(self, path: Path, *, resume_step: int | None,
+                    tensorboard_dir: Path | None = None) -> MetricsLog | _NullLog:
         if not self.enabled:
-            return MetricsLog(path, resume_step=resume_step)
-        return _RankLog(path, resume_step=resume_step, world=self.world) if self.is_main else _NullLog()
+            return MetricsLog(path, resume_step=resume_step, tensorboard_dir=tensorboard_dir)
+        if not self.is_main:
+            return _NullLog()
+        return _RankLog(path, resume_step=resume_step, world=self.world, tensorboard_dir=tensorboard_dir)
 
     def gather(self, obj: Any) -> list[Any]:
         if not self.enabled:

@@ -150,6 +150,7 @@ def train_stage1(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
         if step % st.ckpt_every == 0 and step < end:
             checkpoint()
     finish_loop(bar, summary, step, steps_run, t_start, checkpoint)
+    metrics.close()
     if step >= st.steps and dist.is_main:
         save_checkpoint(base_path, model.state_dict())  # weights only (atomic too)
     return dict(summary, skipped=False)

@@ -208,5 +208,6 @@ def train_stage2(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
     if dist.enabled:  # each rank's compile counters (zero recompiles is a per-rank guarantee)
         summary["ranks"] = dist.gather(distributed.compile_summary(dist.rank, controller.telemetry))
     finish_loop(bar, summary, step, steps_run, t_start, checkpoint)
+    metrics.close()
     controller.telemetry.close()
     return dict(summary, skipped=False)
