@@ -28,7 +28,11 @@ from mc.train.optim import lr_at, make_optimizer, set_lr
 from mc.train.stage2 import DATA_SEED_OFFSET
 from test_train import tiny_cfg
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="torchrun tests use Linux /proc")
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the dead-rank watchdog and the kill test read Linux /proc"),
+    pytest.mark.skipif(not (torch.distributed.is_available() and torch.distributed.is_gloo_available()),
+                       reason="this torch build has no torch.distributed Gloo backend (the CPU DDP tests need it)"),
+]
 
 
 def test_per_rank_batch_keeps_the_global_batch():
