@@ -94,6 +94,24 @@ def test_nproc_flag_gate_inputs_and_an_uneven_batch(tmp_path, capsys):
     assert "cannot be split evenly over 3 ranks" in capsys.readouterr().err and not any(tmp_path.iterdir())
 
 
+def test_resume_rng_per_rank_and_on_another_number_of_ranks(capsys):
+    from mc.train.checkpoint import rng_state
+
+    states = [rng_state(torch.Generator().manual_seed(s)) for s in (10, 11)]
+    saved = {"rng": states[0], "rng_ranks": states, "step": 5}
+    for rank in (0, 1):  # same world size: each rank continues its own generator exactly
+        gen = torch.Generator()
+        Dist(rank=rank, world=2).restore_rng(saved, gen, seed=7)
+        assert torch.equal(gen.get_state(), states[rank]["data"])
+    assert capsys.readouterr().err == ""
+    one = torch.Generator()  # 2 ranks -> 1 process: rank 0's state, and a note that the order differs
+    Dist(rank=0, world=1).restore_rng(saved, one, seed=7)
+    assert torch.equal(one.get_state(), states[0]["data"]) and "data order differs" in capsys.readouterr().err
+    gen = torch.Generator()  # 1 process -> 2 ranks: rank 1 reseeds from (seed, rank, step), reproducibly
+    Dist(rank=1, world=2).restore_rng({"rng": states[0], "step": 5}, gen, seed=7)
+    assert torch.equal(gen.get_state(), torch.Generator().manual_seed(Dist(rank=1, world=2).data_seed(7) + 5).get_state())
+
+
 # ----------------------------------------------------------------------------- DDP == one process
 def _reference_stage2(cfg, run_dir: Path, world: int) -> dict[str, torch.Tensor]:
     """One process over the same global batch: every rank's shard and micro-batches, in turn, with the
