@@ -127,6 +127,7 @@ class CompileConfig:
 
     lensnet: NetCompileConfig = field(default_factory=NetCompileConfig)
     gistnet: NetCompileConfig = field(default_factory=NetCompileConfig)
+    decode: str = "off"  # the base model's one-entry KV-cache decode step (one of COMPILE_MODES; obsidian Inference)
     fullgraph: bool = True  # a graph break is an error, never a silent split
     recompile_limit: int = 0  # 0 = size it from buckets x modes (+ margin)
     warmup_iters: int = 3  # calls per (bucket x mode) in warm-up (warm-up, record, replay)
