@@ -103,9 +103,11 @@ class CachedDecoder:
         embeds = self._gather(session.tree, suffix)
         cos, sin = self._cos_sin(suffix)
         slots = self._slots[start:n]
-        window = bucket_for(n, self.ladder)
         step = self._step if len(suffix) == 1 else self.base.forward_cached  # the suffix forward stays eager
-        out = step(embeds, cos, sin, self.cache.k, self.cache.v, slots, window)[0]  # [V]
+        if step is self.base.forward_cached and len(suffix) == 1:  # eager decode step: exactly n keys, no mask
+            out = step(embeds, cos, sin, self.cache.k, self.cache.v, slots, n, masked=False)[0]  # [V]
+        else:  # the compiled step (one graph per bucket) or a suffix: the bucket's window, causal mask
+            out = step(embeds, cos, sin, self.cache.k, self.cache.v, slots, bucket_for(n, self.ladder))[0]
         self.cache.commit(keys)
         self.last_recomputed = len(suffix)
         # A CUDA-graph step's output lives in the graph pool and the next replay overwrites it.

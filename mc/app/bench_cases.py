@@ -2,7 +2,8 @@
 
 Every case goes through the controller's public helpers, so the compile boundary's clones and
 CUDA-graph step marks are timed too. ``CASE_GROUPS`` (= ``bench.cases`` choices) filters them by
-name prefix.
+name prefix. A case returns None (the bench times the whole call) or the seconds it timed itself
+(the decode cases: a fresh session is set up untimed before the timed region).
 """
 from __future__ import annotations
 
@@ -54,6 +55,69 @@ def build_cases(ctrl, cfg: RunConfig, device: torch.device) -> list[tuple[str, C
                                 device=device)
         tree.append(app_ids, app_emb)
     cases.append((f"tree_append({n_app} tok)", tree_append))
+    return cases + decode_cases(ctrl, cfg)
+
+
+def _session_at(ctrl, n_prompt: int, *, use_cache: bool) -> None:
+    """A fresh session over a fixed ``n_prompt``-token prompt, its first logits computed (the prefill)."""
+    from mc.decode import decoder_for  # noqa: PLC0415
+
+    ids = torch.randint(0, 256, (n_prompt,), generator=torch.Generator().manual_seed(n_prompt))
+    s = ctrl.begin_session(ids)
+    _ = decoder_for(ctrl).logits(s) if use_cache else ctrl.next_token_logits()
+
+
+def decode_cases(ctrl, cfg: RunConfig) -> list[tuple[str, Callable[[], float]]]:
+    """``decode_step@W/cache|nocache``: the base model's part of one decode step on an unchanged session
+    in bucket W (with the cache: the last entry alone; without: the whole working context).
+    ``decode@W/cache|nocache``: seconds per generated token (greedy, refocus on schedule but its time
+    excluded: that is ``refocus@``) with every working context of the call in bucket W. Below the budget
+    the prompt is all LOD0 and grows into W; at the budget's bucket the prompt is twice the budget, so
+    every token makes room (collapses) as in a long session. ``refocus@W/cache|nocache``: one refocus
+    plus the next logits (with the cache: the rebuild from the first changed entry). Both time only
+    their own region (a fresh session per call is set up untimed) and return seconds (obsidian Inference).
+    """
+    import time  # noqa: PLC0415
+
+    from mc.decode import DecodeStats, decoder_for  # noqa: PLC0415
+
+    mc = cfg.mc
+    ladder = sorted(mc.bucket_ladder)
+    budget_bucket = next(b for b in ladder if b >= mc.max_entries)
+    cases: list[tuple[str, Callable[[], float]]] = []
+    for lo, size in zip([0, *ladder], ladder):
+        if size > budget_bucket:
+            break
+        if size == budget_bucket:
+            n0, m = 2 * mc.max_entries, 32
+        else:
+            n0 = max(lo + 1, size - 32)
+            m = size - n0
+        for use_cache in (True, False):
+            def step(n=min(size, 2 * mc.max_entries), use_cache=use_cache, held={}) -> float:
+                if held.get("session") is None or ctrl.session is not held["session"]:  # first call, or another case ran: set this one's session up again
+                    _session_at(ctrl, n, use_cache=use_cache)
+                    held["session"] = ctrl.session
+                t = time.perf_counter()
+                _ = decoder_for(ctrl).logits(ctrl.session) if use_cache else ctrl.next_token_logits()
+                return time.perf_counter() - t
+            cases.append((f"decode_step@{size}/{'cache' if use_cache else 'nocache'}", step))
+
+            def decode(n0=n0, m=m, use_cache=use_cache) -> float:
+                _session_at(ctrl, n0, use_cache=use_cache)
+                stats = DecodeStats()
+                ctrl.generate(m, use_cache=use_cache, stats=stats)
+                return stats.decode_s / m
+            cases.append((f"decode@{size}/{'cache' if use_cache else 'nocache'}", decode))
+
+    for use_cache in (True, False):
+        def refocus(use_cache=use_cache) -> float:
+            _session_at(ctrl, 2 * mc.max_entries, use_cache=use_cache)
+            t = time.perf_counter()
+            ctrl.refocus()
+            _ = decoder_for(ctrl).logits(ctrl.session) if use_cache else ctrl.next_token_logits()
+            return time.perf_counter() - t
+        cases.append((f"refocus@{budget_bucket}/{'cache' if use_cache else 'nocache'}", refocus))
     return cases
 
 

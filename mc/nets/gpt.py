@@ -229,7 +229,7 @@ class GPT(nn.Module):
         return self.lm_head(self.norm_f(x_bwd))  # [B, W, V]
 
     def forward_cached(self, embeds_1sd: Tensor, cos: Tensor, sin: Tensor, k_cache: Tensor, v_cache: Tensor,
-                       slots_s: Tensor, window: int) -> Tensor:
+                       slots_s: Tensor, window: int, masked: bool = True) -> Tensor:
         """Logits ``[1, V]`` of the last of ``S`` new entries, reusing cached keys/values of earlier entries.
 
         ``embeds_1sd [1, S, D]`` are working-context entries at cache slots ``slots_s [S]`` (consecutive,
@@ -238,10 +238,13 @@ class GPT(nn.Module):
         slots (a static int: one compiled graph per bucket), causally by slot. Entry ``i`` then sees
         exactly what :meth:`forward` over the whole working context shows it, so the logits match
         (see obsidian Inference). No ``.item()`` and no Python state: the S=1 call is the compiled
-        decode step.
+        decode step. ``masked=False`` (eager one-entry steps: ``S == 1`` at slot ``window - 1``) skips
+        the mask, which would allow every key anyway: the same attention, fewer ops.
         """
-        keys_w = torch.arange(window, device=embeds_1sd.device)
-        attn_mask_11sw = (keys_w[None, :] <= slots_s[:, None])[None, None]  # [1, 1, S, window]
+        attn_mask_11sw = None  # unmasked: the caller passes window = the last slot + 1, so every key is allowed
+        if masked:
+            keys_w = torch.arange(window, device=embeds_1sd.device)
+            attn_mask_11sw = (keys_w[None, :] <= slots_s[:, None])[None, None]  # [1, 1, S, window]
         x = embeds_1sd
         for i, block in enumerate(self.blocks):
             x = block.forward_kv(x, cos, sin, k_cache[i], v_cache[i], slots_s, window, attn_mask_11sw)
