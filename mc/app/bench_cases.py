@@ -58,6 +58,9 @@ def build_cases(ctrl, cfg: RunConfig, device: torch.device) -> list[tuple[str, C
     return cases + decode_cases(ctrl, cfg)
 
 
+STEPS_PER_CALL = 8  # decode_step@: steps timed per call (seconds per step returned)
+
+
 def _session_at(ctrl, n_prompt: int, *, use_cache: bool) -> None:
     """A fresh session over a fixed ``n_prompt``-token prompt, its first logits computed (the prefill)."""
     from mc.decode import decoder_for  # noqa: PLC0415
@@ -69,7 +72,8 @@ def _session_at(ctrl, n_prompt: int, *, use_cache: bool) -> None:
 
 def decode_cases(ctrl, cfg: RunConfig) -> list[tuple[str, Callable[[], float]]]:
     """``decode_step@W/cache|nocache``: the base model's part of one decode step on an unchanged session
-    in bucket W (with the cache: the last entry alone; without: the whole working context).
+    in bucket W (with the cache: the last entry alone; without: the whole working context), the mean
+    of :data:`STEPS_PER_CALL` consecutive steps.
     ``decode@W/cache|nocache``: seconds per generated token (greedy, refocus on schedule but its time
     excluded: that is ``refocus@``) with every working context of the call in bucket W. Below the budget
     the prompt is all LOD0 and grows into W; at the budget's bucket the prompt is twice the budget, so
@@ -99,8 +103,9 @@ def decode_cases(ctrl, cfg: RunConfig) -> list[tuple[str, Callable[[], float]]]:
                     _session_at(ctrl, n, use_cache=use_cache)
                     held["session"] = ctrl.session
                 t = time.perf_counter()
-                _ = decoder_for(ctrl).logits(ctrl.session) if use_cache else ctrl.next_token_logits()
-                return time.perf_counter() - t
+                for _ in range(STEPS_PER_CALL):  # consecutive steps, as in decoding (warm CPU caches)
+                    _ = decoder_for(ctrl).logits(ctrl.session) if use_cache else ctrl.next_token_logits()
+                return (time.perf_counter() - t) / STEPS_PER_CALL
             cases.append((f"decode_step@{size}/{'cache' if use_cache else 'nocache'}", step))
 
             def decode(n0=n0, m=m, use_cache=use_cache) -> float:
