@@ -127,8 +127,13 @@ def generate_text(ctrl, tokenizer, text: str, max_new_tokens: int, *, temperatur
     except ValueError as exc:
         raise GenerateError(f"{exc}") from exc
     ids = prompt_ids(text, tokenizer, ctrl.cfg.model.vocab_size)
+    if use_cache:
+        decoder_for(ctrl)  # built before the clock starts: its one-time set-up (cache, tables) is not the prompt's
     t0 = time.perf_counter()
-    s = ctrl.begin_session(ids)
+    try:
+        s = ctrl.begin_session(ids)
+    except ValueError as exc:  # the session refused the prompt (e.g. longer than its working context can hold)
+        raise GenerateError(f"the prompt ({ids.numel()} tokens) does not fit a session of this run: {exc}") from exc
     _ = decoder_for(ctrl).logits(s) if use_cache else ctrl.next_token_logits()  # prefill, part of the prompt's cost
     prompt_s = time.perf_counter() - t0
     if wc_out is not None:
