@@ -67,3 +67,55 @@ def build_controller(cfg: RunConfig, *, device: torch.device | None = None, base
     if telemetry is None:
         telemetry = Telemetry.from_config(cfg.telemetry, run_dir, device=device)
     return MCController(cfg, base, gistnet, lensnet, device=device, telemetry=telemetry)
+
+
+def load_run(run_dir: str | Path, *, device: torch.device | str | None = None, telemetry: Telemetry | None = None):
+    """A trained run folder -> ``(controller, tokenizer)`` ready for inference (see obsidian Inference).
+
+    Reads ``<run_dir>/config.json`` (the config the workflow recorded), the stage-1 base weights
+    ``stage1/base.pt`` and the stage-2 GistNet/LensNet checkpoint ``stage2/ckpt.pt``; the nets are put
+    in eval mode and training compile modes are switched off (inference modes stay as recorded).
+    Telemetry stays in memory unless given: loading never writes into the run folder. A folder that
+    is missing, lacks a file, or holds files of another shape raises a ``ValueError`` /
+    ``FileNotFoundError`` whose one-line message names the file and the stage to (re)run.
+    """
+    import json  # noqa: PLC0415
+
+    from mc.config import from_dict  # noqa: PLC0415
+    from mc.data.tokenizer import ByteTokenizer  # noqa: PLC0415
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"run folder {run_dir} does not exist; train one with bash run10.sh "
+                                "(runs/<name>/) and pass that folder")
+    cfg_path = run_dir / "config.json"
+    if not cfg_path.is_file():
+        raise FileNotFoundError(f"{run_dir} is not a run folder: it has no config.json (run10.sh writes one "
+                                "first); pass a folder under runs/")
+    try:
+        cfg = from_dict(RunConfig, json.loads(cfg_path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError) as exc:  # unreadable JSON or unknown keys: one line, the cause
+        raise ConfigError(f"{cfg_path} is not a readable run config ({exc}); re-run the workflow there") from exc
+    cfg.compile.lensnet.train = cfg.compile.gistnet.train = "off"  # inference only: no training graphs
+    for name, stage in (("stage1/base.pt", "stage1"), ("stage2/ckpt.pt", "stage2")):
+        if not (run_dir / name).is_file():
+            raise FileNotFoundError(f"{run_dir} has no {name}: the run did not finish {stage}; run "
+                                    f"bash run10.sh --name {run_dir.name} --stages={stage} (and the stages before it)")
+    if device is None and cfg.train.device == "cuda" and not torch.cuda.is_available():
+        device = "cpu"  # a run trained on a GPU still loads on a CPU-only machine
+    ctrl = build_controller(cfg, device=torch.device(device) if device is not None else None,
+                            base_weights=run_dir / "stage1" / "base.pt", telemetry=telemetry or Telemetry())
+    ckpt = load_checkpoint(run_dir / "stage2" / "ckpt.pt")
+    state = ckpt.get("controller", ckpt)
+    if not isinstance(state, dict) or "gistnet" not in state or "lensnet" not in state:
+        raise CheckpointError(f"{run_dir / 'stage2' / 'ckpt.pt'} holds no GistNet/LensNet state (found "
+                              f"{sorted(ckpt)[:6]}); re-run stage 2")
+    try:
+        ctrl.load_state_dict(state)
+    except (RuntimeError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0][:200]
+        raise CheckpointError(f"{run_dir / 'stage2' / 'ckpt.pt'} does not fit the run's config ({first}); "
+                              "re-run stage 2") from exc
+    for m in (ctrl.base, ctrl.gistnet, ctrl.lensnet):
+        m.eval()
+    return ctrl, ByteTokenizer()

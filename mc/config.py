@@ -19,7 +19,7 @@ LONG_TASKS = ("passkey", "multi_needle")  # mc.data.long_tasks
 LONG_RANGE_VARIANTS = ("recency", "compressed", "focused", "random", "oracle")
 DEVICES = ("auto", "cpu", "cuda")
 GIST_POOLINGS = ("mean_mlp", "query")
-BENCH_CASES = ("lensnet", "train", "tree", "session")
+BENCH_CASES = ("lensnet", "train", "tree", "session", "decode", "refocus")
 
 # Byte-level vocabulary: ids 0..255 are bytes, then three specials.
 BOS_ID, EOS_ID, PAD_ID = 256, 257, 258
@@ -130,6 +130,7 @@ class CompileConfig:
 
     lensnet: NetCompileConfig = field(default_factory=NetCompileConfig)
     gistnet: NetCompileConfig = field(default_factory=NetCompileConfig)
+    decode: str = "off"  # the base model's one-entry KV-cache decode step (one of COMPILE_MODES; obsidian Inference)
     fullgraph: bool = True  # a graph break is an error, never a silent split
     recompile_limit: int = 0  # 0 = size it from buckets x modes (+ margin)
     warmup_iters: int = 3  # calls per (bucket x mode) in warm-up (warm-up, record, replay)

@@ -89,6 +89,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         for ctx in ("train", "inference"):
             _choice(f"compile.{net}.{ctx}", getattr(getattr(c, net), ctx), COMPILE_MODES)
     _choice("compile.freeze", c.freeze, FREEZE_MODES)
+    _choice("compile.decode", c.decode, COMPILE_MODES)
     _positive("compile.recompile_limit", c.recompile_limit, 0, " (0 = automatic)")
     if not isinstance(c.warmup_iters, int) or c.warmup_iters < 3:
         _fail("compile.warmup_iters", c.warmup_iters, "expected >= 3 (CUDA graph trees warm up, record, then replay)")

@@ -78,6 +78,7 @@ class MCController:
         self.compiled_lensnet = CompiledNet(lensnet, "lensnet", comp.lensnet, fullgraph=comp.fullgraph, telemetry=self.telemetry)
         self.marker = StepMarker([self.compiled_gistnet, self.compiled_lensnet], self.telemetry)
         self.session: InferenceSession | None = None
+        self.decoder = None  # mc.decode.CachedDecoder, built on the first cached generate
         self.train_bucket = bucket_for(cfg.mc.max_entries, cfg.mc.bucket_ladder)
         self.warmed_up = False
 
@@ -264,16 +265,11 @@ class MCController:
         return finite_logits(logits[0, mwc.length - 1])
 
     @torch.no_grad()
-    def generate(self, n: int) -> Tensor:
-        """Greedy-decode ``n`` tokens, appending each (and refocusing on schedule): ``[n]`` long."""
-        if n < 0:
-            raise ValueError(f"generate: n must be >= 0, got {n}")
-        out = []
-        for _ in range(n):
-            tok = int(self.next_token_logits().argmax())
-            out.append(tok)
-            self.append(torch.tensor([tok]))
-        return torch.tensor(out, dtype=torch.long)
+    def generate(self, n: int, **kwargs) -> Tensor:
+        """Decode ``n`` tokens (greedy by default, KV cache on; refocus on schedule): ``[n]`` long.
+        Keywords (sampler, use_cache, on_token, on_refocus, stats): see :func:`mc.decode.generate`."""
+        from mc.decode import generate  # noqa: PLC0415 - the decoder needs the controller, not vice versa
+        return generate(self, n, **kwargs)
 
     # ------------------------------------------------------------------ warm-up and reports
 

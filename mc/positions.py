@@ -4,19 +4,23 @@ Entries carry *global* positions (span centres on the whole history's axis, obsi
 LensNet reads those as they are. The base model was trained on positions ``0 .. max_seq_len-1``
 only, so for it :func:`base_positions` maps them according to ``mc.positions``:
 
-* ``global``: unchanged. A session longer than ``max_seq_len`` feeds positions the base never saw.
+* ``global``: unchanged. A session longer than ``max_seq_len`` feeds distances the base never saw.
 * ``bounded``: identical to ``global`` while the history fits the window (``N <= max_seq_len``),
-  so everything trained or measured inside the window is untouched. Past it, the LOD0 recent tail
-  (the last ``recent_tokens`` tokens) is shifted as a whole to end at ``max_seq_len - 1``, which
-  keeps every distance inside the tail exact (RoPE sees only differences), and everything before
-  the tail is scaled linearly into ``[0, max_seq_len - recent_tokens)``, which keeps the order and
-  the relative spacing of the older entries. Every position is then in ``[0, max_seq_len)`` for
-  any history length.
+  so everything trained or measured inside the window is untouched. Past it, with ``W`` the
+  window, ``R`` = ``recent_tokens`` and a step ``Q`` (:func:`bounded_step`), the history splits at
+  ``c = floor((N - R) / Q) * Q``: the exact region ``[c, N)`` (the LOD0 tail and up to ``Q - 1``
+  tokens before it) is shifted as a whole to start at ``W - R - Q + 1``, which keeps every distance in
+  it exact (RoPE sees only differences), and everything before ``c`` is scaled linearly into
+  ``[0, W - R - Q + 1)``, keeping order and relative spacing. Every position is in ``[0, W)`` for any
+  history length. ``c`` moves in steps of ``Q`` tokens, so between steps an appended token leaves
+  every earlier entry's position unchanged: the decode KV cache (``mc.decode``) stays valid
+  (a mapping that moved with every token would invalidate the whole cache on every token).
 
 The history length ``N`` is read off the positions themselves: the last real entry of a working
 context is always the LOD0 token ``N - 1`` (the recent tail is never empty), so the mapping needs
 no extra argument and no host sync, and it runs inside compiled code and under every caller of
 :meth:`mc.controller.MCController.base_logits` (training rows, inference, evaluation) alike.
+:func:`base_positions_list` is the same map on Python floats, for the decoder's cache keys.
 """
 from __future__ import annotations
 
@@ -26,22 +30,44 @@ from torch import Tensor
 from mc.config import POSITION_MODES
 
 
+def bounded_step(window: int, recent: int) -> int:
+    """``Q``: how many tokens the exact region's start moves at a time (``R``, or less when
+    ``2R`` would not fit the window); always ``1 <= Q <= window - recent``."""
+    if not 0 < recent < window:
+        raise ValueError(f"bounded positions need 0 < recent_tokens ({recent}) < max_seq_len ({window})")
+    return max(1, min(recent, (window - recent) // 2))
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in POSITION_MODES:
+        raise ValueError(f"unknown position mode {mode!r}; expected one of {', '.join(POSITION_MODES)}")
+
+
 def base_positions(positions: Tensor, mask: Tensor, *, mode: str, window: int, recent: int) -> Tensor:
     """Map global entry positions ``[..., W]`` (``mask [..., W]`` True = real) to the base model's.
 
     ``window`` = ``model.max_seq_len``; ``recent`` = ``mc.recent_tokens`` (``< window``). Padding
     positions are left as they are."""
+    _check_mode(mode)
     if mode == "global":
         return positions
-    if mode != "bounded":
-        raise ValueError(f"unknown position mode {mode!r}; expected one of {', '.join(POSITION_MODES)}")
-    if not 0 < recent < window:
-        raise ValueError(f"bounded positions need 0 < recent_tokens ({recent}) < max_seq_len ({window})")
+    q = bounded_step(window, recent)
     pos = positions.to(torch.float32)
     last = torch.where(mask, pos, torch.full_like(pos, -1.0)).amax(-1, keepdim=True)  # [..., 1] = N - 1
     n = last + 1.0
-    cut = n - recent  # global start of the exact LOD0 tail
-    tail = pos - (n - window)  # the tail ends at window - 1
-    older = pos * ((window - recent) / cut.clamp(min=1.0))  # [0, cut) -> [0, window - recent)
-    mapped = torch.where(pos >= cut, tail, older)
+    cut = torch.floor((n - recent) / q) * q  # start of the exact region, moves in steps of q
+    start = float(window - recent - q + 1)  # where the exact region begins: its last token can reach window - 1
+    exact = pos - cut + start
+    older = pos * (start / cut.clamp(min=1.0))  # [0, cut) -> [0, start)
+    mapped = torch.where(pos >= cut, exact, older)
     return torch.where(mask & (n > window), mapped, pos).to(positions.dtype)
+
+
+def base_positions_list(positions: list[float], *, mode: str, window: int, recent: int) -> list[float]:
+    """:func:`base_positions` for one working context's positions as Python floats (all real, the
+    last one the token ``N - 1``); equal to the tensor version's float32 values."""
+    _check_mode(mode)
+    if mode == "global" or not positions or positions[-1] + 1.0 <= window:
+        return list(positions)
+    pos = torch.tensor(positions, dtype=torch.float32)[None]  # the tensor map itself: bit-equal values
+    return base_positions(pos, torch.ones_like(pos, dtype=torch.bool), mode=mode, window=window, recent=recent)[0].tolist()

@@ -86,3 +86,39 @@ def test_session_case_times_appends_and_refocuses_at_each_length(tmp_path):
 def test_session_lengths_are_validated():
     with pytest.raises(ConfigError, match="bench.session_lengths"):
         apply_overrides(RunConfig(), ["bench.session_lengths=[1000,0]"])
+
+
+def test_decode_cases_time_themselves_and_stay_in_their_bucket():
+    """The decode/refocus cases on the tiny geometry: each returns the seconds it timed (set-up excluded),
+    decode@W's working contexts all sit in bucket W, and the Markdown gets the cache table."""
+    import torch  # noqa: PLC0415
+
+    from mc.app.bench import decode_table  # noqa: PLC0415
+    from mc.app.bench_cases import decode_cases  # noqa: PLC0415
+    from mc.build import build_controller  # noqa: PLC0415
+    from mc.config_loading import load_config  # noqa: PLC0415
+    from mc.working_context import bucket_for  # noqa: PLC0415
+    sys.path.insert(0, str(Path(__file__).parent))
+    from _tiny_config import TINY  # noqa: PLC0415
+
+    cfg = load_config(TINY + ["telemetry.jsonl=false"])
+    ctrl = build_controller(cfg, device=torch.device("cpu"))
+    cases = dict(decode_cases(ctrl, cfg))
+    assert set(cases) == {f"{k}@{w}/{c}" for k in ("decode_step", "decode") for w in (16, 32)
+                          for c in ("cache", "nocache")} | {"refocus@32/cache", "refocus@32/nocache"}
+    seen = []
+    orig_append = ctrl.append
+
+    def append(ids, **kw):  # the working context's size after every append (the prompt's too)
+        orig_append(ids, **kw)
+        seen.append(len(ctrl.session.wc))
+    ctrl.append = append
+    for name, fn in cases.items():
+        seen.clear()
+        assert isinstance(fn(), float) and fn() > 0, name
+        if name.startswith("decode@"):
+            w = int(name.split("@")[1].split("/")[0])
+            assert seen and {bucket_for(n, cfg.mc.bucket_ladder) for n in seen} == {w}, (name, seen)
+    rows = [{"mode": "eager", "case": "decode@32/cache", "median_s": 1e-3, "min_s": 0.5e-3},
+            {"mode": "eager", "case": "decode@32/nocache", "median_s": 3.5e-3, "min_s": 2e-3}]
+    assert "| decode@32 | eager | 1000 tok/s | 286 tok/s | 3.50x | 4.00x |" in decode_table(rows)

@@ -9,7 +9,7 @@ from _tiny_config import TINY
 from mc.build import build_controller
 from mc.config import ConfigError
 from mc.config_loading import load_config
-from mc.positions import base_positions
+from mc.positions import base_positions, base_positions_list, bounded_step
 from mc.working_context import WorkingContext
 
 WINDOW, RECENT = 64, 8
@@ -37,12 +37,31 @@ def test_bounded_stays_in_the_window_keeps_order_and_the_tail_exact(n):
     out = base_positions(pos, mask, mode="bounded", window=WINDOW, recent=RECENT)
     real, mapped = pos[mask], out[mask]
     assert mapped.min() >= 0 and mapped.max() <= WINDOW - 1
-    assert mapped.max() == WINDOW - 1  # the newest token sits at the end of the window
+    q = bounded_step(WINDOW, RECENT)
+    assert WINDOW - q <= mapped.max() <= WINDOW - 1  # the newest token sits near the end of the window
     assert (mapped[1:] > mapped[:-1]).all(), "order of the entries is kept"
     tail = real >= n - RECENT
     assert tail.sum() == RECENT
     torch.testing.assert_close(mapped[tail] - mapped[tail][0], real[tail] - real[tail][0], rtol=0, atol=1e-3)
     assert (out[~mask] == 0).all()  # padding untouched
+
+
+def test_bounded_positions_move_only_every_q_tokens_so_a_kv_cache_stays_valid():
+    """Appending one token leaves every earlier entry's mapped position as it was, except when the
+    exact region's start steps (once per q tokens); the list version equals the tensor version."""
+    q, steps, prev = bounded_step(WINDOW, RECENT), 0, None
+    for n in range(WINDOW + 1, WINDOW + 6 * q + 1):
+        real = [float(p) for p in range(0, n - RECENT, 4)] + [float(p) for p in range(n - RECENT, n)]
+        mapped = base_positions_list(real, mode="bounded", window=WINDOW, recent=RECENT)
+        t = torch.tensor(real)[None]
+        assert mapped == base_positions(t, torch.ones_like(t, dtype=torch.bool), mode="bounded", window=WINDOW,
+                                        recent=RECENT)[0].tolist()
+        assert max(mapped) <= WINDOW - 1
+        if prev is not None:
+            shared = [i for i, p in enumerate(real) if p in prev]
+            steps += any(mapped[i] != prev[real[i]] for i in shared)
+        prev = dict(zip(real, mapped))
+    assert 5 <= steps <= 7  # one step per q tokens, not one per token
 
 
 def test_unknown_mode_and_a_tail_as_long_as_the_window_are_refused():

@@ -38,9 +38,11 @@ import torch
 from mc.config import RunConfig, from_dict, to_dict
 from mc.config_checks import validate
 from mc.app.bench_cases import CASE_GROUPS, DEFAULT_CASES, build_cases
+from mc.app.bench_markdown import decode_table, to_markdown  # noqa: F401 (re-exported: the workflow, report and tests import them from here)
 from mc.io import write_text
 
 MODES = ("eager", "default", "reduce-overhead", "max-autotune-no-cudagraphs")
+PAIRED = ("decode", "refocus")  # case-name prefixes timed round-robin (their with/without-cache ratios)
 # --quick: tiny nets and shapes, so a full quick run stays well under two minutes on a 2-core CPU.
 QUICK_OVERRIDES = (
     "model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.max_seq_len=128",
@@ -125,6 +127,7 @@ def run_worker(cfg: RunConfig, mode: str, *, phase: str, cache_path: str | None,
     net_mode = "off" if mode == "eager" else mode
     for net in (cfg.compile.lensnet, cfg.compile.gistnet):
         net.train = net.inference = net_mode
+    cfg.compile.decode = net_mode  # the KV-cache decode step (decode@ cases)
     cfg.compile.freeze = "off"
     device = resolve_device(cfg.train.device)
     out: dict = {"mode": mode, "phase": phase, "device": str(device), "cases": {}}
@@ -135,31 +138,42 @@ def run_worker(cfg: RunConfig, mode: str, *, phase: str, cache_path: str | None,
     telemetry = Telemetry(device=device)
     telemetry.start()  # count compiles even when nothing would start it (eager: stays at 0)
     ctrl = build_controller(cfg, device=device, telemetry=telemetry)
+
+    def timed(fn) -> float:
+        _sync(device)
+        t = time.perf_counter()
+        own = fn()  # a float: the seconds the case timed itself (set-up excluded)
+        _sync(device)
+        return own if isinstance(own, float) else time.perf_counter() - t
+
+    paired: dict[str, tuple] = {}  # decode/refocus cases: timed round-robin, so load spikes hit both sides of a ratio
     # The warm phase times first calls after loading the Mega-Cache; a session case's first call is not one.
     groups = [c for c in cases if not (phase == "warm" and c == "session")]
     for name, fn in build_cases(ctrl, cfg, device, groups):
         before = _graphs(telemetry.monitor)
-        _sync(device)
-        t = time.perf_counter()
-        fn()
-        _sync(device)
-        first = time.perf_counter() - t
+        first = timed(fn)
         after = _graphs(telemetry.monitor)
         rec = {"first_call_s": first}
         for k in after:
             rec[k] = None if after[k] is None or before[k] is None else after[k] - before[k]
-        if phase == "cold":
-            for _ in range(2):  # CUDA graph trees: warm-up, record; then replays are timed
-                fn()
-            times, budget_end = [], time.perf_counter() + max_case_s
-            while len(times) < reps and (len(times) < 3 or time.perf_counter() < budget_end):
-                _sync(device)
-                t = time.perf_counter()
-                fn()
-                _sync(device)
-                times.append(time.perf_counter() - t)
-            rec.update(median_s=statistics.median(times), reps=len(times), min_s=min(times))
         out["cases"][name] = rec
+        if phase != "cold":
+            continue
+        for _ in range(2):  # CUDA graph trees: warm-up, record; then replays are timed
+            fn()
+        if name.startswith(PAIRED):
+            paired[name] = (fn, [])
+            continue
+        times, budget_end = [], time.perf_counter() + max_case_s
+        while len(times) < reps and (len(times) < 3 or time.perf_counter() < budget_end):
+            times.append(timed(fn))
+        rec.update(median_s=statistics.median(times), reps=len(times), min_s=min(times))
+    budget_end = time.perf_counter() + max_case_s * len(paired)
+    while paired and (n := len(next(iter(paired.values()))[1])) < reps and (n < 3 or time.perf_counter() < budget_end):
+        for fn, times in paired.values():
+            times.append(timed(fn))
+    for name, (_, times) in paired.items():
+        out["cases"][name].update(median_s=statistics.median(times), reps=len(times), min_s=min(times))
     if phase == "cold" and mode != "eager":
         why = mega_cache_unavailable()
         if why:
@@ -286,55 +300,6 @@ def run_bench(cfg: RunConfig, modes: Sequence[str] = MODES, *, quick: bool = Fal
     }
 
 
-def _fmt_s(v) -> str:
-    if isinstance(v, str):
-        return v
-    if v is None:
-        return "n/a"
-    return f"{v * 1e3:.2f} ms" if v < 1 else f"{v:.2f} s"
-
-
-def to_markdown(res: dict) -> str:
-    """The benchmark as a Markdown section (header with device, torch, date; one row per case x mode)."""
-    m = res["config"]["mc"]
-    lines = [f"### Benchmark: eager vs torch.compile modes ({'quick' if res.get('quick') else 'full'})", "",
-             f"- device: **{res['device_name']}** (`{res['device']}`), torch {res['torch']}, python {res['python']}, "
-             f"{res['date']}",
-             f"- config: preset `{res['config'].get('preset')}`, model d={res['config']['model']['d_model']} "
-             f"layers={res['config']['model']['n_layers']}, K={m['block_size']}, max_lod={m['max_lod']}, "
-             f"budget={m['max_entries']}, buckets={m['bucket_ladder']}, history={m['history_tokens']}, "
-             f"stage-2 batch={res['config']['stage2_batch']}",
-             "- ratio = median / eager median of the same case in this run (< 1 is faster). First call = the "
-             "first call's wall time (compiles included); warm = in a fresh process with an empty inductor "
-             "cache after loading the Mega-Cache saved by the cold run.",
-             f"- CUDA graphs: {', '.join(f'{k}: {v}' for k, v in res['cudagraph'].items())}", "",
-             "| case | mode | median | ratio to eager | first call (cold) | first call (warm Mega-Cache) | graphs |",
-             "|---|---|---|---|---|---|---|"]
-    for r in res["rows"]:
-        ratio = "n/a" if r["ratio_to_eager"] is None else f"{r['ratio_to_eager']:.2f}x"
-        graphs = "n/a" if r["graphs"] is None else str(r["graphs"])
-        lines.append(f"| {r['case']} | {r['mode']} | {_fmt_s(r['median_s'])} | {ratio} | "
-                     f"{_fmt_s(r['first_call_cold_s'])} | {_fmt_s(r['first_call_warm_s'])} | {graphs} |")
-    lines += _session_scaling(res["rows"])
-    for mode, err in res.get("errors", {}).items():
-        lines.append(f"\n**{mode} failed**: {err.get('cold') or err.get('warm')}")
-        if err.get("stderr_tail"):
-            lines.append("```\n" + "\n".join(err["stderr_tail"]) + "\n```")
-    return "\n".join(lines) + "\n"
-
-
-def _session_scaling(rows: list[dict]) -> list[str]:
-    """Per mode and kind: the session case's median at its longest length over the one at its shortest."""
-    out = []
-    for mode in dict.fromkeys(r["mode"] for r in rows):
-        for kind in ("append", "refocus"):
-            rs = [r for r in rows if r["mode"] == mode and r["case"].startswith(f"session_{kind}@") and r["median_s"]]
-            if len(rs) >= 2:
-                out.append(f"- session {kind}, {mode}: {rs[-1]['case'].split('@')[1]} / {rs[0]['case'].split('@')[1]} = "
-                           f"{rs[-1]['median_s'] / rs[0]['median_s']:.2f}x")
-    return ["", "Session cost vs history length (median at the longest / at the shortest; flat = 1.00x):", *out] if out else []
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="mc_bench.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--json", type=Path, default=None, help="write the result JSON here")
@@ -343,7 +308,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="tiny shapes and few repetitions (tests, smoke runs)")
     p.add_argument("--cases", nargs="+", default=list(DEFAULT_CASES), choices=CASE_GROUPS,
                    help="case groups: lensnet (allocator call per bucket), train (stage-2 micro-step), tree (appends), "
-                   "session (one append and one refocus at each of bench.session_lengths)")
+                   "session (one append and one refocus at each of bench.session_lengths), decode (s per generated "
+                   "token with/without the KV cache per bucket), refocus (+ cache rebuild)")
     p.add_argument("--reps", type=int, default=None, help="timed repetitions per case (default 5 quick / 20)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per worker subprocess")
     p.add_argument("overrides", nargs="*", help="config overrides key.path=value (e.g. train.device=cuda)")

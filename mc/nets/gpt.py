@@ -77,6 +77,28 @@ class CausalAttention(nn.Module):
             y = F.scaled_dot_product_attention(q_bhwh, k_bhwh, v_bhwh, attn_mask=attn_mask_b1ww)
         return self.proj(y.transpose(1, 2).reshape(b, w, d))
 
+    def forward_kv(self, x_1sd: Tensor, cos: Tensor, sin: Tensor, k_cache_1hcd: Tensor, v_cache_1hcd: Tensor,
+                   slots_s: Tensor, window: int, attn_mask_11sw: Tensor) -> Tensor:
+        """The same attention for ``S`` new entries at cache ``slots_s [S]``, reading earlier slots from the cache.
+
+        Writes the new keys/values into the caches ``[1, H, C, hd]`` in place, then attends over the
+        first ``window`` slots under ``attn_mask_11sw`` (True = may attend).
+        """
+        _, s, d = x_1sd.shape
+        # Functional calls on the modules' weights (the same ops as forward's): at S=1 the step is bound by
+        # per-call overhead, and nn.Module.__call__ adds a few microseconds to each of ~20 calls.
+        qkv = F.linear(x_1sd, self.qkv.weight).view(1, s, 3, self.n_heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [1, H, S, hd]
+        # One rotation over queries and keys together (elementwise, so the same values as two calls):
+        # at S=1 the step is op-overhead bound and this halves the rotary ops.
+        qk = apply_rotary(torch.cat((self.q_norm.forward(q), self.k_norm.forward(k)), dim=1), cos, sin)  # [1, 2H, S, hd]
+        q, k = qk[:, : self.n_heads], qk[:, self.n_heads:]
+        k_cache_1hcd.index_copy_(2, slots_s, k)
+        v_cache_1hcd.index_copy_(2, slots_s, v)
+        y = F.scaled_dot_product_attention(q, k_cache_1hcd[:, :, :window], v_cache_1hcd[:, :, :window],
+                                           attn_mask=attn_mask_11sw)
+        return F.linear(y.transpose(1, 2).reshape(1, s, d), self.proj.weight)
+
 
 class CausalMLP(nn.Module):
     def __init__(self, cfg: ModelConfig):
@@ -101,6 +123,11 @@ class CausalBlock(nn.Module):
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attn_mask: Tensor | None) -> Tensor:
         x = x + self.attn(self.norm1(x), cos, sin, attn_mask)
         return x + self.mlp(self.norm2(x))
+
+    def forward_kv(self, x: Tensor, cos: Tensor, sin: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor,
+                   window: int, attn_mask: Tensor) -> Tensor:
+        x = x + self.attn.forward_kv(self.norm1.forward(x), cos, sin, k_cache, v_cache, slots, window, attn_mask)
+        return x + F.linear(F.gelu(F.linear(self.norm2.forward(x), self.mlp.fc.weight)), self.mlp.proj.weight)
 
 
 def _validate_model_config(cfg: ModelConfig) -> None:
@@ -202,6 +229,28 @@ class GPT(nn.Module):
         for block in self.blocks:
             x_bwd = block(x_bwd, cos, sin, attn_mask_b1ww)
         return self.lm_head(self.norm_f(x_bwd))  # [B, W, V]
+
+    def forward_cached(self, embeds_1sd: Tensor, cos: Tensor, sin: Tensor, k_cache: Tensor, v_cache: Tensor,
+                       slots_s: Tensor, window: int, masked: bool = True) -> Tensor:
+        """Logits ``[1, V]`` of the last of ``S`` new entries, reusing cached keys/values of earlier entries.
+
+        ``embeds_1sd [1, S, D]`` are working-context entries at cache slots ``slots_s [S]`` (consecutive,
+        ascending); ``cos, sin [S, hd/2]``; ``k_cache, v_cache [L, 1, H, C, hd]`` hold every earlier
+        slot's keys/values and receive the new ones in place. Attention reads the first ``window``
+        slots (a static int: one compiled graph per bucket), causally by slot. Entry ``i`` then sees
+        exactly what :meth:`forward` over the whole working context shows it, so the logits match
+        (see obsidian Inference). No ``.item()`` and no Python state: the S=1 call is the compiled
+        decode step. ``masked=False`` (eager one-entry steps: ``S == 1`` at slot ``window - 1``) skips
+        the mask, which would allow every key anyway: the same attention, fewer ops.
+        """
+        attn_mask_11sw = None  # unmasked: the caller passes window = the last slot + 1, so every key is allowed
+        if masked:
+            keys_w = torch.arange(window, device=embeds_1sd.device)
+            attn_mask_11sw = (keys_w[None, :] <= slots_s[:, None])[None, None]  # [1, 1, S, window]
+        x = embeds_1sd
+        for i, block in enumerate(self.blocks):
+            x = block.forward_kv(x, cos, sin, k_cache[i], v_cache[i], slots_s, window, attn_mask_11sw)
+        return F.linear(self.norm_f.forward(x[:, -1]), self.lm_head.weight)  # [1, V]
 
     @staticmethod
     def _attention_mask(key_padding_mask_bw: Tensor) -> Tensor:

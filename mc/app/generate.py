@@ -1,0 +1,200 @@
+"""Text generation from a trained run: the logic behind ``scripts/mc_generate.py`` (see obsidian Inference).
+
+Owns the CLI (:func:`main`): load a run folder through :func:`mc.build.load_run`, read the prompt
+(``--prompt``, ``--prompt-file`` or stdin), stream it into a session, decode with refocus on
+schedule (KV cache on unless ``--no-kv-cache``), print tokens as they come, and optionally the
+working context's LOD map around each refocus (:func:`lod_map_text`) and a JSON record.
+
+Bad input (a missing or unfinished run folder, an empty prompt, a prompt whose token ids the run's
+model cannot take) ends with one line on stderr and exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import codecs
+import sys
+import time
+from pathlib import Path
+from typing import Sequence, TextIO
+
+import torch
+
+EXIT_BAD_INPUT = 2
+
+
+class GenerateError(ValueError):
+    """Bad input for the generation CLI; the message is the one line the user sees."""
+
+
+def lod_map_text(wc) -> str:
+    """The working context as text: one character per entry (its LOD), then the token span each run
+    of equal-LOD entries covers, e.g. ``1111000 | L1 x4 [0,32) L0 x3 [32,35)``."""
+    entries = wc.entries
+    K = wc.block_size
+    chars = "".join(str(lod) if lod < 10 else "+" for lod, _ in entries)
+    runs, i = [], 0
+    while i < len(entries):
+        j = i
+        while j + 1 < len(entries) and entries[j + 1][0] == entries[i][0]:
+            j += 1
+        lod = entries[i][0]
+        start, end = entries[i][1] * K ** lod, (entries[j][1] + 1) * K ** lod
+        runs.append(f"L{lod} x{j - i + 1} [{start},{end})")
+        i = j + 1
+    return f"{chars} | {' '.join(runs)}"
+
+
+def read_prompt(prompt: str | None, prompt_file: Path | None, stdin: TextIO) -> str:
+    """The prompt text from exactly one source; an empty prompt or a file that is not UTF-8 is a GenerateError."""
+    if prompt is not None:
+        text, where = prompt, "--prompt"
+    elif prompt_file is not None:
+        if not prompt_file.is_file():
+            raise GenerateError(f"--prompt-file {prompt_file} does not exist; pass a text file")
+        try:
+            text = prompt_file.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise GenerateError(f"--prompt-file {prompt_file} is not UTF-8 text (byte {exc.start}); "
+                                "the byte tokenizer reads UTF-8: convert the file first") from exc
+        where = f"--prompt-file {prompt_file}"
+    else:
+        if stdin.isatty():
+            raise GenerateError("no prompt: pass --prompt TEXT, --prompt-file F, or pipe text on stdin")
+        text, where = stdin.read(), "stdin"
+    if text == "":
+        raise GenerateError(f"the prompt from {where} is empty; give at least one character")
+    return text
+
+
+def prompt_ids(text: str, tokenizer, vocab_size: int) -> torch.Tensor:
+    """``[BOS] + bytes`` ``[n]`` long, checked against the run's vocabulary (a smaller model vocabulary
+    cannot take every byte: that is a GenerateError naming the first such character)."""
+    ids = tokenizer.encode(text, bos=True)
+    bad = next((i for i, t in enumerate(ids) if not 0 <= t < vocab_size), None)
+    if bad == 0:
+        raise GenerateError(f"the tokenizer's BOS id {ids[0]} is outside the run's vocabulary of {vocab_size} ids "
+                            "(model.vocab_size): this run was not trained with the byte tokenizer")
+    if bad is not None:
+        char, offset = "?", 1  # ids[1:] are the text's UTF-8 bytes: find the character holding byte bad-1
+        for c in text:
+            offset += len(c.encode("utf-8"))
+            if offset > bad:
+                char = c
+                break
+        raise GenerateError(f"the prompt's token {bad} (id {ids[bad]}, from {char!r}) is outside the run's vocabulary "
+                            f"of {vocab_size} ids (model.vocab_size); use characters it was trained on")
+    return torch.tensor(ids, dtype=torch.long)
+
+
+class TokenPrinter:
+    """Streams byte tokens as text: an incremental UTF-8 decoder, so a character split over several
+    tokens prints once it is complete; specials (BOS/EOS/PAD) print nothing."""
+
+    def __init__(self, out: TextIO | None) -> None:
+        self.out = out
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def __call__(self, tid: int) -> None:
+        if self.out is None or not 0 <= tid < 256:
+            return
+        text = self.decoder.decode(bytes([tid]))
+        if text:
+            self.out.write(text)
+            self.out.flush()
+
+    def finish(self) -> None:
+        if self.out is not None:
+            self.out.write(self.decoder.decode(b"", final=True) + "\n")
+            self.out.flush()
+
+
+def generate_text(ctrl, tokenizer, text: str, max_new_tokens: int, *, temperature: float = 0.0, top_k: int = 0,
+                  seed: int | None = None, use_cache: bool = True, out: TextIO | None = None,
+                  wc_out: TextIO | None = None) -> dict:
+    """Prompt ``text`` -> the record ``--json`` writes (text, tokens, speeds, refocus timings and log).
+
+    Prompt speed = the prompt's tokens over the time to stream them into the session plus the first
+    base-model pass over the working context (the cache prefill). Decode speed = generated tokens
+    over the decode loop's time, refocuses excluded (``refocus_ms`` has them, cache rebuild included).
+    """
+    from mc.decode import DecodeStats, decoder_for  # noqa: PLC0415
+    from mc.sampling import Sampler  # noqa: PLC0415
+
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise GenerateError(f"--max-new-tokens must be an integer >= 1, got {max_new_tokens!r}")
+    try:
+        sampler = Sampler(temperature, top_k, seed, device=ctrl.device)
+    except ValueError as exc:
+        raise GenerateError(f"{exc}") from exc
+    ids = prompt_ids(text, tokenizer, ctrl.cfg.model.vocab_size)
+    if use_cache:
+        decoder_for(ctrl)  # built before the clock starts: its one-time set-up (cache, tables) is not the prompt's
+    t0 = time.perf_counter()
+    try:
+        s = ctrl.begin_session(ids)
+    except ValueError as exc:  # the session refused the prompt (e.g. longer than its working context can hold)
+        raise GenerateError(f"the prompt ({ids.numel()} tokens) does not fit a session of this run: {exc}") from exc
+    _ = decoder_for(ctrl).logits(s) if use_cache else ctrl.next_token_logits()  # prefill, part of the prompt's cost
+    prompt_s = time.perf_counter() - t0
+    if wc_out is not None:
+        wc_out.write(f"[wc] after the prompt ({s.num_tokens} tokens): {lod_map_text(s.wc)}\n")
+
+    def on_refocus(when: str, session) -> None:
+        wc_out.write(f"[wc] {when} refocus at {session.num_tokens} tokens: {lod_map_text(session.wc)}\n")
+        wc_out.flush()
+
+    printer = TokenPrinter(out)
+    stats = DecodeStats()
+    tokens = ctrl.generate(max_new_tokens, sampler=sampler, use_cache=use_cache, on_token=printer,
+                           on_refocus=on_refocus if wc_out is not None else None, stats=stats)
+    printer.finish()
+    return {"text": tokenizer.decode(tokens), "tokens": tokens.tolist(), "prompt_tokens": int(ids.numel()),
+            "prompt_tokens_per_s": ids.numel() / max(prompt_s, 1e-9),
+            "decode_tokens_per_s": max_new_tokens / max(stats.decode_s, 1e-9),
+            "refocus_ms": stats.refocus_ms, "refocus_log": stats.refocus_log, "kv_cache": use_cache,
+            "temperature": temperature, "top_k": top_k, "seed": seed}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mc_generate.py", description="Generate text from a trained MegaContext run.")
+    p.add_argument("--run-dir", type=Path, required=True, help="the run folder (runs/<name>: config.json, stage1/, stage2/)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--prompt", help="the prompt text (default: read stdin)")
+    src.add_argument("--prompt-file", type=Path, help="read the prompt from this UTF-8 file")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate (default 64)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
+    p.add_argument("--top-k", type=int, default=0, help="sample among the K most likely ids (0 = all)")
+    p.add_argument("--seed", type=int, default=None, help="seed for sampling (the same seed, the same text)")
+    p.add_argument("--show-wc", action="store_true", help="print the working context's LOD map before and after each refocus (stderr)")
+    p.add_argument("--no-kv-cache", action="store_true", help="re-run the base model over the whole working context per token")
+    p.add_argument("--json", type=Path, default=None, help="write text, tokens, speeds and the refocus log here")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None, help="default: the run's train.device")
+    return p
+
+
+def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
+    stdin, stdout, stderr = stdin or sys.stdin, stdout or sys.stdout, stderr or sys.stderr
+    args = build_parser().parse_args(argv)
+    from mc.build import load_run, resolve_device  # noqa: PLC0415
+    from mc.config import ConfigError  # noqa: PLC0415
+    from mc.io import write_json  # noqa: PLC0415
+    from mc.train.checkpoint import CheckpointError  # noqa: PLC0415
+
+    try:
+        text = read_prompt(args.prompt, args.prompt_file, stdin)
+        device = resolve_device(args.device) if args.device else None
+        ctrl, tok = load_run(args.run_dir, device=device)
+        rec = generate_text(ctrl, tok, text, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                            seed=args.seed, use_cache=not args.no_kv_cache, out=stdout,
+                            wc_out=stderr if args.show_wc else None)
+    except (GenerateError, ConfigError, CheckpointError, FileNotFoundError) as exc:
+        stderr.write(f"mc_generate: error: {exc}\n")
+        return EXIT_BAD_INPUT
+    rec["run_dir"] = str(args.run_dir)
+    stderr.write(f"[mc_generate] prompt {rec['prompt_tokens']} tokens at {rec['prompt_tokens_per_s']:.0f} tok/s; "
+                 f"{len(rec['tokens'])} new tokens at {rec['decode_tokens_per_s']:.0f} tok/s "
+                 f"({'KV cache' if rec['kv_cache'] else 'no KV cache'}); {len(rec['refocus_ms'])} refocuses\n")
+    if args.json is not None:
+        write_json(args.json, rec)
+    return 0

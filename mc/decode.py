@@ -1,0 +1,198 @@
+"""Decoding for an inference session: next-token logits through the KV cache, and the generate loop.
+
+Owns :class:`CachedDecoder` (the base model's side of a session: a :class:`mc.kv_cache.KVCache`,
+the suffix forward after an edit, the one-entry decode step, optionally compiled) and
+:func:`generate` (sample, append, refocus on schedule; hooks for printing tokens and LOD maps).
+The controller's ``generate`` delegates here; ``next_token_logits`` stays the cache-free
+reference (the whole working context through the base model) that the cache must match.
+
+Per step the decoder compares the working context's entries with what the cache holds
+(:func:`mc.kv_cache.first_changed`) and runs the base model over the changed suffix only: one
+entry after a plain append, everything from the first changed entry on after a refocus or a
+collapse made to make room, in one batched forward. See obsidian Inference.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from mc.kv_cache import KVCache, slot_keys
+from mc.nets.positional import lod_rotary_cos_sin, rotary_cos_sin
+from mc.positions import base_positions_list
+from mc.sampling import Sampler
+from mc.session import InferenceSession
+from mc.working_context import bucket_for
+
+
+class CachedDecoder:
+    """Next-token logits of a session's working context, reusing cached keys/values."""
+
+    def __init__(self, ctrl, *, compile_mode: str = "off") -> None:
+        cfg = ctrl.cfg
+        self.base = ctrl.base
+        self.ladder = sorted(cfg.mc.bucket_ladder)
+        self.block_size = cfg.mc.block_size
+        self.rope_base = cfg.model.rope_base
+        self.position_mode, self.window, self.recent = cfg.mc.positions, cfg.model.max_seq_len, cfg.mc.recent_tokens
+        head_dim = self.base.head_dim
+        dtype = next(self.base.parameters()).dtype
+        self.cache = KVCache(cfg.model.n_layers, cfg.model.n_heads, head_dim, self.ladder[-1], device=ctrl.device,
+                             dtype=dtype)
+        self.session: InferenceSession | None = None
+        self.last_recomputed = 0  # entries the last call ran through the base model (1 = a plain decode step)
+        self._slots = torch.arange(self.ladder[-1], device=ctrl.device)  # sliced, never re-created
+        self._rope_cos, self._rope_sin = rotary_cos_sin(torch.arange(cfg.model.max_seq_len, device=ctrl.device),
+                                                        head_dim, self.rope_base)  # [P, hd/2] by token index
+        self.compile_mode = compile_mode
+        self._step = self.base.forward_cached
+        if compile_mode != "off":
+            self._step = torch.compile(self.base.forward_cached, fullgraph=True, dynamic=False,
+                                       mode=None if compile_mode == "default" else compile_mode)
+
+    def _cos_sin(self, suffix: list) -> tuple[Tensor, Tensor]:
+        """LOD-aware rotary ``cos, sin [S, hd/2]`` of the suffix entries.
+
+        A single LOD0 entry (the decode step) reads a table of plain rotary rows by token index:
+        the same function of the same float32 position, and LOD0's amplitude is exactly 1, so the
+        values equal :func:`lod_rotary_cos_sin`'s while costing one slice instead of ~20 ops.
+        """
+        if len(suffix) == 1 and suffix[0][0] == 0:
+            p = int(suffix[0][2])
+            if p >= self._rope_cos.shape[0]:  # grow by doubling: amortised O(1) per token
+                size = max(2 * self._rope_cos.shape[0], p + 1)
+                self._rope_cos, self._rope_sin = rotary_cos_sin(
+                    torch.arange(size, device=self.cache.k.device), self.base.head_dim, self.rope_base)
+            return self._rope_cos[p: p + 1], self._rope_sin[p: p + 1]
+        dev = self.cache.k.device
+        pos = torch.tensor([k[2] for k in suffix], dtype=torch.float32, device=dev)
+        lods = torch.tensor([k[0] for k in suffix], dtype=torch.long, device=dev)
+        return lod_rotary_cos_sin(pos, lods, self.block_size, self.base.head_dim, self.rope_base)
+
+    def _gather(self, tree, keys: list) -> Tensor:
+        """Embeddings ``[1, S, D]`` of the suffix entries, read from the tree like ``materialize`` does."""
+        if len(keys) == 1:
+            lod, idx, _ = keys[0]
+            return tree.level(lod)[idx: idx + 1][None]
+        dev = self.cache.k.device
+        out = torch.empty(len(keys), tree.dim, device=dev, dtype=tree.level(0).dtype)
+        by_lod: dict[int, tuple[list[int], list[int]]] = {}
+        for slot, (lod, idx, _) in enumerate(keys):
+            by_lod.setdefault(lod, ([], []))[0].append(slot)
+            by_lod[lod][1].append(idx)
+        for lod, (slots, idxs) in by_lod.items():
+            rows = tree.level(lod).index_select(0, torch.tensor(idxs, device=dev))
+            out.index_copy_(0, torch.tensor(slots, device=dev), rows)
+        return out[None]
+
+    @torch.no_grad()
+    def logits(self, session: InferenceSession) -> Tensor:
+        """Logits ``[V]`` for the token after ``session``'s history (equal to the cache-free path)."""
+        if session is not self.session:  # a new session: nothing cached belongs to it
+            self.session = session
+            self.cache.clear()
+        wc = session.wc
+        if wc is None:
+            raise RuntimeError("the session is empty: call begin_session(prompt_ids) with at least one token first")
+        keys = slot_keys(wc.entries, base_positions_list(wc.positions(), mode=self.position_mode, window=self.window,
+                                                        recent=self.recent))  # what base_logits would see
+        n = len(keys)
+        start = min(self.cache.valid_prefix(keys), n - 1)  # the last entry always runs: its logits are the output
+        suffix = keys[start:]
+        dev = self.cache.k.device
+        embeds = self._gather(session.tree, suffix)
+        cos, sin = self._cos_sin(suffix)
+        slots = self._slots[start:n]
+        step = self._step if len(suffix) == 1 else self.base.forward_cached  # the suffix forward stays eager
+        if step is self.base.forward_cached and len(suffix) == 1:  # eager decode step: exactly n keys, no mask
+            out = step(embeds, cos, sin, self.cache.k, self.cache.v, slots, n, masked=False)[0]  # [V]
+        else:  # the compiled step (one graph per bucket) or a suffix: the bucket's window, causal mask
+            out = step(embeds, cos, sin, self.cache.k, self.cache.v, slots, bucket_for(n, self.ladder))[0]
+        self.cache.commit(keys)
+        self.last_recomputed = len(suffix)
+        # A CUDA-graph step's output lives in the graph pool and the next replay overwrites it.
+        return out.clone() if step is not self.base.forward_cached else out
+
+
+@dataclass
+class DecodeStats:
+    """Timings and refocus records of one :func:`generate` call (the CLI's --json fields)."""
+
+    decode_s: float = 0.0  # wall time of the loop, refocuses excluded
+    refocus_ms: list[float] = field(default_factory=list)  # per refocus: allocator + the cache rebuild after it
+    refocus_log: list[dict] = field(default_factory=list)
+
+
+def decoder_for(ctrl, *, compile_mode: str | None = None) -> CachedDecoder:
+    """The controller's decoder, built on first use (one per controller, reset per session)."""
+    mode = compile_mode or getattr(ctrl.cfg.compile, "decode", "off")
+    dec = getattr(ctrl, "decoder", None)
+    if dec is None or dec.base is not ctrl.base or dec.compile_mode != mode:
+        dec = CachedDecoder(ctrl, compile_mode=mode)
+        ctrl.decoder = dec
+    return dec
+
+
+RefocusHook = Callable[[str, InferenceSession], None]  # ("before" | "after", session)
+
+
+@torch.no_grad()
+def generate(ctrl, n: int, *, sampler: Sampler | None = None, use_cache: bool = True,
+             on_token: Callable[[int], None] | None = None, on_refocus: RefocusHook | None = None,
+             stats: DecodeStats | None = None) -> Tensor:
+    """Decode ``n`` tokens into the controller's session (greedy unless ``sampler`` says otherwise).
+
+    Each token is appended; every ``allocator.inference.refocus_interval`` tokens the allocator
+    refocuses (``on_refocus`` sees the session before and after). Returns the ids ``[n]`` long.
+    """
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise ValueError(f"generate: n must be an integer >= 0, got {n!r}")
+    s = ctrl.session
+    if s is None:
+        raise RuntimeError("no inference session: call controller.begin_session(prompt_ids) first")
+    sampler = sampler or Sampler(device=ctrl.device)
+    dec = decoder_for(ctrl) if use_cache else None
+    interval = ctrl.cfg.allocator.inference.refocus_interval
+    stats = stats if stats is not None else DecodeStats()
+    out: list[int] = []
+    t0 = time.perf_counter()
+    refocus_s = 0.0
+    pending: Tensor | None = None  # logits the post-refocus rebuild already produced
+    for _ in range(n):
+        if pending is not None:
+            logits, pending = pending, None
+        else:
+            logits = dec.logits(s) if dec is not None else ctrl.next_token_logits()
+        tok = sampler(logits)
+        tid = int(tok)  # the one host sync per token: the session's bookkeeping is Python
+        out.append(tid)
+        if on_token is not None:
+            on_token(tid)
+        ctrl.append(tok.view(1), refocus=False)
+        if s.tokens_since_refocus >= interval:
+            if on_refocus is not None:
+                on_refocus("before", s)
+            r0 = time.perf_counter()
+            entries_before = s.wc.entries
+            record = ctrl.refocus()
+            rebuilt = 0
+            if dec is not None:  # the rebuild is part of the refocus's cost: run it now, not in the next step
+                pending = dec.logits(s)
+                rebuilt = dec.last_recomputed
+            ms = (time.perf_counter() - r0) * 1e3
+            stats.refocus_ms.append(ms)
+            after = s.wc.entries
+            first = next((i for i, (a, b) in enumerate(zip(entries_before, after)) if a != b),
+                         min(len(entries_before), len(after)))
+            stats.refocus_log.append({"num_tokens": record.num_tokens, "iterations": record.iterations,
+                                      "edits": len(record.edits), "entries_before": len(entries_before),
+                                      "entries_after": len(after), "first_changed_entry": first,
+                                      "recomputed_entries": rebuilt, "ms": ms})
+            refocus_s += time.perf_counter() - r0
+            if on_refocus is not None:
+                on_refocus("after", s)
+    stats.decode_s += time.perf_counter() - t0 - refocus_s
+    return torch.tensor(out, dtype=torch.long)

@@ -1,0 +1,74 @@
+"""The base model's KV cache inside a session (mc.kv_cache, mc.decode) and sampling (mc.sampling).
+
+Greedy decoding with the cache must give the same tokens as the cache-free reference
+(``next_token_logits``: the whole working context through the base model), over 500 tokens with
+a refocus every 32, on the tiny test geometry and on the cpu preset's geometry (untrained nets).
+max_lod is raised by one in both so 540 tokens fit the budget until sessions of any length land.
+"""
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _tiny_config import TINY  # noqa: E402
+
+from mc.build import build_controller  # noqa: E402
+from mc.config_loading import load_config  # noqa: E402
+from mc.decode import DecodeStats, decoder_for  # noqa: E402
+from mc.kv_cache import first_changed  # noqa: E402
+from mc.sampling import Sampler  # noqa: E402
+
+GEOMETRIES = {"tiny": TINY + ["mc.max_lod=3"], "cpu": ["preset=cpu", "train.device=cpu", "mc.max_lod=2"]}
+
+
+def _ctrl(overrides):
+    cfg = load_config(list(overrides) + ["allocator.inference.refocus_interval=32", "telemetry.jsonl=false"])
+    return build_controller(cfg, device=torch.device("cpu"))
+
+
+def _prompt(n=40):
+    return torch.randint(0, 256, (n,), generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("geometry", sorted(GEOMETRIES))
+def test_greedy_with_cache_equals_without(geometry):
+    runs = {}
+    for use_cache in (True, False):
+        ctrl = _ctrl(GEOMETRIES[geometry])
+        ctrl.begin_session(_prompt())
+        stats = DecodeStats()
+        runs[use_cache] = (ctrl.generate(500, use_cache=use_cache, stats=stats), stats)
+    (a, st), (b, _) = runs[True], runs[False]
+    assert len(st.refocus_log) == 16  # the 40-token prompt is due at the first token, then every 32
+    assert torch.equal(a, b), f"first differing token at {(a != b).nonzero()[:1].tolist()}"
+
+
+def test_cache_recomputes_only_the_changed_suffix():
+    ctrl = _ctrl(GEOMETRIES["cpu"])
+    s = ctrl.begin_session(_prompt(100))
+    dec = decoder_for(ctrl)
+    ref = ctrl.next_token_logits()
+    assert torch.allclose(dec.logits(s), ref, atol=1e-5)
+    assert dec.last_recomputed == len(s.wc)  # a new session starts empty
+    before = s.wc.entries
+    ctrl.append(torch.tensor([7]), refocus=False)  # full budget: makes room by collapsing a group
+    after = s.wc.entries
+    first = first_changed(before, after)
+    assert torch.allclose(dec.logits(s), ctrl.next_token_logits(), atol=1e-5)
+    assert dec.last_recomputed == len(after) - first
+    dec.logits(s)  # nothing changed: only the last entry runs (its logits are the output)
+    assert dec.last_recomputed == 1
+
+
+def test_sampler_greedy_topk_and_seed():
+    logits = torch.tensor([0.0, 3.0, 2.9, -5.0])
+    assert int(Sampler()(logits)) == 1
+    draws = [int(Sampler(1.0, top_k=2, seed=s)(logits)) for s in range(60)]
+    assert set(draws) == {1, 2}  # top-2 only, and both occur
+    assert [int(Sampler(1.0, seed=3)(logits)) for _ in range(3)] == [int(Sampler(1.0, seed=3)(logits)) for _ in range(3)]
+    with pytest.raises(ValueError, match="temperature"):
+        Sampler(-1.0)
+    with pytest.raises(ValueError, match="top_k"):
+        Sampler(1.0, top_k=-2)
