@@ -30,9 +30,14 @@ def resolve_device(name: str) -> torch.device:
 
 
 def build_nets(cfg: RunConfig, device: torch.device) -> tuple[GPT, GistNet, LensNet]:
-    """Fresh base GPT, GistNet and LensNet on ``device`` (seeded by ``train.seed``)."""
+    """Fresh base GPT (or, with ``model=hf``, the loaded HF base), GistNet and LensNet on ``device`` (seeded by ``train.seed``)."""
     torch.manual_seed(cfg.train.seed)
-    base = GPT(cfg.model).to(device)
+    if cfg.model.source == "hf":  # a loaded Hugging Face causal LM (see obsidian Base models); sizes follow it
+        from mc.nets.hf_load import load_hf_base  # noqa: PLC0415 - transformers only for model=hf
+        base = load_hf_base(cfg.model, device)
+        torch.manual_seed(cfg.train.seed)  # the aux nets' init does not depend on what loading drew
+    else:
+        base = GPT(cfg.model).to(device)
     gistnet = GistNet(cfg.gistnet, cfg.model.d_model, cfg.mc.block_size).to(device)
     lensnet = LensNet(cfg.lensnet, cfg.model.d_model, cfg.mc.block_size, cfg.mc.max_lod).to(device)
     return base, gistnet, lensnet

@@ -43,13 +43,13 @@ def build_tokenizer(vocab_size: int):
 
 
 def build_config(family: str, vocab_size: int, hidden: int, layers: int, heads: int, kv_heads: int,
-                 max_positions: int, rope_theta: float, ids: dict):
+                 max_positions: int, rope_theta: float, init_std: float, ids: dict):
     import transformers as tf
 
     common = dict(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                   num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=max_positions,
                   rope_parameters={"rope_type": "default", "rope_theta": rope_theta}, tie_word_embeddings=False,
-                  **ids)
+                  initializer_range=init_std, **ids)
     if family == "llama":
         return tf.LlamaConfig(**common)
     if family == "qwen2":
@@ -59,7 +59,8 @@ def build_config(family: str, vocab_size: int, hidden: int, layers: int, heads: 
 
 
 def make_tiny_hf(family: str, out: str | Path, *, hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
-                 vocab_size: int = 384, max_positions: int = 4096, rope_theta: float = 10000.0, seed: int = 0) -> Path:
+                 vocab_size: int = 384, max_positions: int = 4096, rope_theta: float = 10000.0, init_std: float = 0.02,
+                 seed: int = 0) -> Path:
     """Write the directory and return its path; ValueError on an unknown family."""
     if family not in FAMILIES:
         raise ValueError(f"--family {family!r} is not supported; expected one of {', '.join(FAMILIES)}")
@@ -70,7 +71,7 @@ def make_tiny_hf(family: str, out: str | Path, *, hidden: int = 64, layers: int 
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(vocab_size)
     ids = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    config = build_config(family, len(tokenizer), hidden, layers, heads, kv_heads, max_positions, rope_theta, ids)
+    config = build_config(family, len(tokenizer), hidden, layers, heads, kv_heads, max_positions, rope_theta, init_std, ids)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config)
     model.save_pretrained(out)
@@ -87,10 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
     p.add_argument("--kv-heads", type=int, default=2, help="key/value heads (grouped-query attention; default 2)")
     p.add_argument("--vocab", type=int, default=384, help="BPE vocabulary size (>= 259: 256 bytes + 3 specials)")
+    p.add_argument("--init-std", type=float, default=0.02,
+                   help="weight init std (larger makes attention, hence positions, matter more in a random model)")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     out = make_tiny_hf(a.family, a.out, hidden=a.hidden, layers=a.layers, heads=a.heads, kv_heads=a.kv_heads,
-                       vocab_size=a.vocab, seed=a.seed)
+                       vocab_size=a.vocab, init_std=a.init_std, seed=a.seed)
     print(f"wrote a tiny {a.family} model + tokenizer to {out}")
     return 0
 
