@@ -61,6 +61,11 @@ def load_base_weights(base: GPT, path: str | Path) -> None:
                               "with another model.* config: use that run's config, or re-run stage 1") from exc
 
 
+def stage1_base_path(cfg: RunConfig, run_dir: str | Path) -> Path | None:
+    """Where stage 1 leaves the base weights; None with ``model=hf``, whose base is the loaded model (no stage 1)."""
+    return None if cfg.model.source == "hf" else Path(run_dir) / "stage1" / "base.pt"
+
+
 def build_controller(cfg: RunConfig, *, device: torch.device | None = None, base_weights: str | Path | None = None,
                      telemetry: Telemetry | None = None, run_dir: str | Path | None = None) -> MCController:
     """A controller over fresh nets (optionally the stage-1 base weights), telemetry per ``cfg.telemetry``."""

@@ -71,7 +71,10 @@ def make_tiny_hf(family: str, out: str | Path, *, hidden: int = 64, layers: int 
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(vocab_size)
     ids = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    config = build_config(family, len(tokenizer), hidden, layers, heads, kv_heads, max_positions, rope_theta, init_std, ids)
+    # Rows to spare, as real checkpoints have: AutoTokenizer may add a family's own specials on load
+    # (Qwen2's adds <|endoftext|>), and every id it can produce must have an embedding row.
+    rows = -(-(len(tokenizer) + 8) // 64) * 64
+    config = build_config(family, rows, hidden, layers, heads, kv_heads, max_positions, rope_theta, init_std, ids)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config)
     model.save_pretrained(out)

@@ -58,7 +58,7 @@ Stages, in order (outputs under <out_dir>/<name>/; without --name: runs/<preset>
 config, runs/<preset>-<config hash>/ for anything else, e.g. runs/smoke/, runs/smoke-1a2b3c4d/):
   env      python/torch/device check                        -> env.json (always runs)
   data     corpus fingerprint and train/val split summary   -> data.json
-  stage1   base GPT pretraining on tokens                   -> stage1/base.pt, stage1/summary.json
+  stage1   base GPT pretraining on tokens (skipped with model=hf) -> stage1/base.pt, stage1/summary.json
   stage2   GistNet + LensNet training (MC)                  -> stage2/ckpt.pt, stage2/summary.json
   eval     held-out evaluation                              -> eval/eval.json
   bench    OPT-IN (--stages=...,bench or bench.enabled=true): eager vs compiled timings (bench.*),
@@ -305,6 +305,8 @@ def _resolve(argv: Sequence[str]) -> tuple[WorkflowArgs, RunConfig, dict[str, st
     if args.name is None and not any(o.split("=", 1)[0].lstrip("+~") == "name" for o in args.overrides):
         cfg.name = default_run_name(cfg, lambda preset: load_config([f"preset={preset}"]))
     selected = _stage_set(args.stages, "--stages") or {s for s in STAGES if s != "bench" or cfg.bench.enabled}
+    if cfg.model.source == "hf":  # the loaded model is the base: nothing to pretrain (obsidian Base models)
+        selected.discard("stage1")
     force = _stage_set(args.force, "--force", extra=("harness",))
     run_dir = Path(cfg.out_dir) / cfg.name
     diff = check_recorded_config(cfg, run_dir, force & selected, STAGES)
@@ -330,6 +332,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"the recorded config.json differs in {', '.join(diff)}: the forced stages redo what those keys feed")
     modes = {f"{n}.{c}": getattr(getattr(cfg.compile, n), c) for n in ("lensnet", "gistnet") for c in ("train", "inference")}
     _say(f"compile modes: {modes}")
+    if cfg.model.source == "hf":
+        _say(f"model=hf: base {cfg.model.hf_path} (d_model {cfg.model.d_model}, {cfg.model.n_layers} layers); stage1 skipped")
     needs_gate = cfg.compile.any_on and any(plan.get(s) == "run" for s in COMPILED)
     _say("plan: " + ", ".join(f"{s}={p}" for s, p in plan.items())
          + ("; compile gate before stage2/eval (before any training)" if needs_gate else ""))

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from mc.build import build_controller
+from mc.build import build_controller, stage1_base_path
 from mc.config import RunConfig, to_dict
 from mc.config_checks import validate
 from mc.controller import MCController
@@ -92,7 +92,7 @@ def train_stage2(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
                  stop_after: int | None = None) -> dict[str, Any]:
     """Train (or resume, or skip when done) GistNet + LensNet; returns a summary dict.
 
-    Needs ``run_dir/stage1/base.pt``. ``max_files`` caps the stdlib corpus (tests);
+    Needs ``run_dir/stage1/base.pt`` (not with ``model=hf``: the loaded model is the base). ``max_files`` caps the stdlib corpus (tests);
     ``stop_after`` stops after that many optimizer steps in total (checkpoint written), as if
     the process had been interrupted.
     """
@@ -111,7 +111,7 @@ def train_stage2(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
             return dict(saved.get("summary") or {}, skipped=True)
 
     device = setup_device(cfg)
-    controller = build_controller(cfg, device=device, base_weights=run_dir / "stage1" / "base.pt", run_dir=run_dir)
+    controller = build_controller(cfg, device=device, base_weights=stage1_base_path(cfg, run_dir), run_dir=run_dir)
     controller.gistnet.train()
     controller.lensnet.train()
     optimizer = make_optimizer(controller.aux_parameters(), st)
