@@ -17,11 +17,13 @@ def _script():
     return mod
 
 
-def tiny_hf_dir(root: Path, family: str, init_std: float = 0.02) -> Path:
-    """``root/family-init_std``: a 2-layer, hidden-64 random model + BPE tokenizer (made once per session)."""
-    key = (str(root), family, init_std)
+def tiny_hf_dir(root: Path, family: str, init_std: float = 0.02, **shape: int) -> Path:
+    """A random model + BPE tokenizer under ``root`` (default 2 layers, hidden 64; ``shape``: make_tiny_hf's
+    hidden/layers/heads/kv_heads), made once per session."""
+    key = (str(root), family, init_std, tuple(sorted(shape.items())))
     if key not in _CACHE:
-        _CACHE[key] = _script().make_tiny_hf(family, Path(root) / f"{family}-{init_std}", init_std=init_std)
+        name = "-".join([family, str(init_std), *(f"{k}{v}" for k, v in sorted(shape.items()))])
+        _CACHE[key] = _script().make_tiny_hf(family, Path(root) / name, init_std=init_std, **shape)
     return _CACHE[key]
 
 

@@ -14,7 +14,7 @@ from mc.config_checks import validate  # noqa: E402
 from mc.nets.hf_base import HFBaseError  # noqa: E402
 from mc.nets.hf_load import load_hf_base, sync_model_config  # noqa: E402
 from mc.nets.positional import lod_rotary_cos_sin  # noqa: E402
-from tests._hf_models import gpt2_dir, tiny_hf_dir  # noqa: E402
+from _hf_models import gpt2_dir, tiny_hf_dir  # noqa: E402
 
 CPU = torch.device("cpu")
 # A larger init than HF's 0.02 makes attention scores, hence positions, matter in a random model,

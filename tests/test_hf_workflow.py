@@ -17,7 +17,7 @@ from mc.data.hf_tokenizer import tokenizer_for  # noqa: E402
 from mc.data.loader import make_source  # noqa: E402
 from mc.data.long_tasks import make_long_doc  # noqa: E402
 from mc.data.recall import make_recall_doc  # noqa: E402
-from tests._hf_models import tiny_hf_dir  # noqa: E402
+from _hf_models import tiny_hf_dir  # noqa: E402
 
 
 @pytest.fixture(scope="module")
