@@ -57,3 +57,11 @@ def test_run10_smoke_with_model_hf_end_to_end(qwen_dir, tmp_path, capsys):
     losses = [v for d in ev["per_doc"] for v in d["values"].get("corpus_tail_loss", {}).values()]
     assert losses and all(math.isfinite(x) for x in losses)
     assert math.log(448) - 1.0 < sum(losses) / len(losses) < math.log(448) + 1.0  # a random 448-row model
+    # Another base in the same folder: refused, unless stage 2 is redone (--force=stage1 means that with model=hf).
+    other = tiny_hf_dir(tmp_path, "llama")
+    moved = [a.replace(str(qwen_dir), str(other)) for a in args] + ["--dry-run"]
+    assert workflow.main(moved) == workflow.EXIT_CONFIG
+    assert "model.hf_path" in capsys.readouterr().err
+    for force in ("--force=stage1", "--force=stage2"):
+        assert workflow.main([*moved, force]) == 0
+        assert "stage2=run" in capsys.readouterr().out

@@ -305,11 +305,14 @@ def _resolve(argv: Sequence[str]) -> tuple[WorkflowArgs, RunConfig, dict[str, st
     if args.name is None and not any(o.split("=", 1)[0].lstrip("+~") == "name" for o in args.overrides):
         cfg.name = default_run_name(cfg, lambda preset: load_config([f"preset={preset}"]))
     selected = _stage_set(args.stages, "--stages") or {s for s in STAGES if s != "bench" or cfg.bench.enabled}
-    if cfg.model.source == "hf":  # the loaded model is the base: nothing to pretrain (obsidian Base models)
-        selected.discard("stage1")
     force = _stage_set(args.force, "--force", extra=("harness",))
+    covered = force & selected
+    if cfg.model.source == "hf":  # the loaded model is the base: nothing to pretrain (obsidian Base models)
+        selected.discard("stage1")  # so model.* keys feed stage 2: forcing stage1 or stage2 redoes from there
+        force = (force - {"stage1"}) | ({"stage2"} if "stage1" in force else set())
+        covered = (force & selected) | ({"stage1"} if force & selected & {"data", "stage2"} else set())
     run_dir = Path(cfg.out_dir) / cfg.name
-    diff = check_recorded_config(cfg, run_dir, force & selected, STAGES)
+    diff = check_recorded_config(cfg, run_dir, covered, STAGES)
     return args, cfg, plan_stages([s for s in STAGES if s in selected], force, run_dir), force, diff
 
 
