@@ -108,6 +108,12 @@ def test_errors_are_one_line(hf_root, tmp_path):
     with pytest.raises(HFBaseError) as e:
         sync_model_config(ModelConfig(source="hf", hf_path=str(gpt2_dir(hf_root))))
     _one_line(e, "rotary")
+    no_weights = tmp_path / "config_only"
+    no_weights.mkdir()
+    (no_weights / "config.json").write_text((tiny_hf_dir(hf_root, "llama", INIT_STD) / "config.json").read_text())
+    with pytest.raises(HFBaseError) as e:
+        load_hf_base(ModelConfig(source="hf", hf_path=str(no_weights)), CPU)
+    _one_line(e, "could not be loaded as a causal LM", "config_only")
     cfg = RunConfig()
     cfg.model.hf_path = str(tmp_path)
     with pytest.raises(ValueError) as e:
