@@ -119,3 +119,20 @@ def test_errors_are_one_line(hf_root, tmp_path):
     with pytest.raises(ValueError) as e:
         validate(cfg)
     _one_line(e, "model.hf_path", "model=hf")
+    cfg = RunConfig()
+    cfg.model.source, cfg.model.hf_path, cfg.model.hf_dtype = "hf", str(tiny_hf_dir(hf_root, "llama", INIT_STD)), "int8"
+    with pytest.raises(ValueError) as e:
+        validate(cfg)
+    _one_line(e, "model.hf_dtype", "bfloat16")
+
+
+def test_bfloat16_weights_keep_the_float32_interface(hf_root):
+    d = tiny_hf_dir(hf_root, "llama", INIT_STD)
+    m = ModelConfig(source="hf", hf_path=str(d), hf_dtype="bfloat16")
+    base = load_hf_base(m, CPU)
+    ids = torch.randint(3, m.vocab_size, (1, 24), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        emb, logits = base.embed(ids), base(embeds=base.embed(ids), key_padding_mask=torch.ones(1, 24, dtype=torch.bool))
+        ref = AutoModelForCausalLM.from_pretrained(str(d)).eval()(ids).logits
+    assert base.dtype == torch.bfloat16 and emb.dtype == torch.float32 and logits.dtype == torch.float32
+    assert (logits - ref).abs().max().item() < 0.1 * ref.abs().max().item()  # bf16 rounding, same model
