@@ -30,9 +30,14 @@ def resolve_device(name: str) -> torch.device:
 
 
 def build_nets(cfg: RunConfig, device: torch.device) -> tuple[GPT, GistNet, LensNet]:
-    """Fresh base GPT, GistNet and LensNet on ``device`` (seeded by ``train.seed``)."""
+    """Fresh base GPT (or, with ``model=hf``, the loaded HF base), GistNet and LensNet on ``device`` (seeded by ``train.seed``)."""
     torch.manual_seed(cfg.train.seed)
-    base = GPT(cfg.model).to(device)
+    if cfg.model.source == "hf":  # a loaded Hugging Face causal LM (see obsidian Base models); sizes follow it
+        from mc.nets.hf_load import load_hf_base  # noqa: PLC0415 - transformers only for model=hf
+        base = load_hf_base(cfg.model, device)
+        torch.manual_seed(cfg.train.seed)  # the aux nets' init does not depend on what loading drew
+    else:
+        base = GPT(cfg.model).to(device)
     gistnet = GistNet(cfg.gistnet, cfg.model.d_model, cfg.mc.block_size).to(device)
     lensnet = LensNet(cfg.lensnet, cfg.model.d_model, cfg.mc.block_size, cfg.mc.max_lod).to(device)
     return base, gistnet, lensnet
@@ -54,6 +59,11 @@ def load_base_weights(base: GPT, path: str | Path) -> None:
         detail = (lines[1] if len(lines) > 1 else lines[0])[:240] + (f" (+{len(lines) - 2} more)" if len(lines) > 2 else "")
         raise CheckpointError(f"base weights {path} do not fit this config's model ({detail}); they were trained "
                               "with another model.* config: use that run's config, or re-run stage 1") from exc
+
+
+def stage1_base_path(cfg: RunConfig, run_dir: str | Path) -> Path | None:
+    """Where stage 1 leaves the base weights; None with ``model=hf``, whose base is the loaded model (no stage 1)."""
+    return None if cfg.model.source == "hf" else Path(run_dir) / "stage1" / "base.pt"
 
 
 def build_controller(cfg: RunConfig, *, device: torch.device | None = None, base_weights: str | Path | None = None,

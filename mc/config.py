@@ -20,6 +20,8 @@ LONG_RANGE_VARIANTS = ("recency", "compressed", "focused", "random", "oracle")
 DEVICES = ("auto", "cpu", "cuda")
 GIST_POOLINGS = ("mean_mlp", "query")
 BENCH_CASES = ("lensnet", "train", "tree", "session", "decode", "refocus")
+BASE_SOURCES = ("gpt", "hf")  # model.source: the built-in GPT or a Hugging Face causal LM (mc/nets/hf_base.py)
+HF_DTYPES = ("float32", "bfloat16", "float16")  # model.hf_dtype
 
 # Byte-level vocabulary: ids 0..255 are bytes, then three specials.
 BOS_ID, EOS_ID, PAD_ID = 256, 257, 258
@@ -41,6 +43,11 @@ class ModelConfig:
     max_seq_len: int = 512  # longest LOD0 sequence stage 1 trains on
     rope_base: float = 10000.0  # rotary base frequency
     qk_norm: bool = True  # RMS-normalise queries and keys per head
+    # model=hf (see obsidian Base models): the base is a Hugging Face causal LM loaded from a local
+    # directory; d_model/n_layers/n_heads/vocab_size/rope_base are then read from its config.json.
+    source: str = "gpt"  # "gpt" (built-in, stage 1 pretrains it) or "hf" (model.hf_path; stage 1 is skipped)
+    hf_path: str = ""  # model=hf: a save_pretrained directory (config.json + weights + tokenizer); never downloaded
+    hf_dtype: str = "float32"  # model=hf: weight dtype, one of HF_DTYPES (the adapter returns float32 logits)
 
 
 @dataclass

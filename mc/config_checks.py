@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mc.config import (ALLOCATOR_POLICIES, BENCH_CASES, COMPILE_MODES, DATA_SOURCES, DEVICES, FREEZE_MODES,
+from mc.config import (ALLOCATOR_POLICIES, BASE_SOURCES, BENCH_CASES, HF_DTYPES, COMPILE_MODES, DATA_SOURCES, DEVICES, FREEZE_MODES,
                        GIST_POOLINGS, LONG_RANGE_VARIANTS, LONG_TASKS, POSITION_MODES, ConfigError, RunConfig)
 
 def _fail(key: str, value: Any, allowed: str) -> None:
@@ -35,7 +35,16 @@ def validate(cfg: RunConfig) -> RunConfig:
     m = cfg.model
     for k in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len"):
         _positive(f"model.{k}", getattr(m, k))
-    if m.d_model % m.n_heads or (m.d_model // m.n_heads) % 2:
+    _choice("model.source", m.source, BASE_SOURCES)
+    _choice("model.hf_dtype", m.hf_dtype, HF_DTYPES)
+    if m.source == "hf":
+        from mc.nets.hf_load import check_hf_path  # noqa: PLC0415 - only model=hf needs it
+        check_hf_path(m.hf_path)  # one line naming the path when it is missing or holds no model
+        if not cfg.mc.freeze_base:
+            _fail("mc.freeze_base", cfg.mc.freeze_base, "model=hf is a frozen reader: keep mc.freeze_base=true")
+    elif m.hf_path:  # it would be silently ignored by the built-in base
+        _fail("model.hf_path", m.hf_path, "is only read with model=hf (model.source=hf): add model=hf or drop it")
+    elif m.d_model % m.n_heads or (m.d_model // m.n_heads) % 2:
         _fail("model.n_heads", m.n_heads, f"d_model ({m.d_model}) / n_heads must be an even integer for rotary")
     for net in ("gistnet", "lensnet"):
         n = getattr(cfg, net)

@@ -157,6 +157,10 @@ def load_config(overrides: Sequence[str] = (), config_dir: Path | str = CONFIG_D
         raise ConfigError(f"could not resolve the config with overrides {list(overrides)}: {detail}") from exc
     finally:
         GlobalHydra.instance().clear()
+    if cfg.model.source == "hf":  # the base's shape comes from its directory (one-line error when there is none)
+        from mc.nets.hf_load import check_hf_path, sync_model_config  # noqa: PLC0415 - transformers only for model=hf
+        check_hf_path(cfg.model.hf_path)
+        sync_model_config(cfg.model)
     return validate(cfg)
 
 

@@ -18,8 +18,6 @@ command that reproduces them.
 from __future__ import annotations
 
 import json
-import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -30,8 +28,9 @@ from typing import Any, Callable, Sequence
 
 from mc.config import ConfigError, RunConfig, to_dict
 from mc.app.run_folder import check_recorded_config, default_run_name
+from mc.app.stage_runners import run_bench_stage, run_data, run_env, run_eval, run_report, run_stage1, run_stage2
 from mc.config_loading import WorkflowArgs, compile_hash, config_hash, load_config, parse_workflow_args
-from mc.io import clean_stale_tmp, write_json, write_text
+from mc.io import clean_stale_tmp, write_json
 
 STAGES = ("env", "data", "stage1", "stage2", "eval", "bench", "report")
 TRAINING = ("stage1", "stage2", "eval", "bench")  # a run of one of these makes every later stage's outputs stale
@@ -58,7 +57,7 @@ Stages, in order (outputs under <out_dir>/<name>/; without --name: runs/<preset>
 config, runs/<preset>-<config hash>/ for anything else, e.g. runs/smoke/, runs/smoke-1a2b3c4d/):
   env      python/torch/device check                        -> env.json (always runs)
   data     corpus fingerprint and train/val split summary   -> data.json
-  stage1   base GPT pretraining on tokens                   -> stage1/base.pt, stage1/summary.json
+  stage1   base GPT pretraining on tokens (skipped with model=hf) -> stage1/base.pt, stage1/summary.json
   stage2   GistNet + LensNet training (MC)                  -> stage2/ckpt.pt, stage2/summary.json
   eval     held-out evaluation                              -> eval/eval.json
   bench    OPT-IN (--stages=...,bench or bench.enabled=true): eager vs compiled timings (bench.*),
@@ -114,88 +113,10 @@ def _stage_set(value: str | None, flag: str, *, extra: tuple[str, ...] = ()) -> 
     return names
 
 
-# ============================================================================ stages
-def _run_env(cfg: RunConfig, run_dir: Path) -> dict:
-    import torch  # noqa: PLC0415
-
-    from mc.build import resolve_device  # noqa: PLC0415
-    from mc.harness.probes import device_label  # noqa: PLC0415
-
-    device = resolve_device(cfg.train.device)
-    try:
-        import matplotlib  # noqa: F401, PLC0415
-        plots = True
-    except ImportError:
-        plots = False
-        _say("note: matplotlib is missing, the report will have no plots (MC_EXTRAS=plots bash run10.sh installs it)")
-    return {"python": sys.version.split()[0], "platform": platform.platform(), "torch": torch.__version__,
-            "device": device_label(device), "cuda_available": torch.cuda.is_available(), "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-            "matplotlib": plots, "executable": sys.executable}
-
-
-def _run_data(cfg: RunConfig, run_dir: Path) -> dict:
-    from mc.data.loader import make_source  # noqa: PLC0415
-
-    d = cfg.data
-    out: dict[str, Any] = {"source": d.source, "recall_mix": d.recall_mix, "val_fraction": d.val_fraction,
-                           "recall": to_dict(d.recall)}
-    if d.source == "recall":
-        out["fingerprint"] = make_source(d, "train").fingerprint()
-        out["splits"] = {"train": "generated (recall seeds)", "val": "generated (disjoint recall seeds)"}
-        return out
-    t0 = time.perf_counter()
-    splits = {s: make_source(d, s) for s in ("train", "val")}
-    out["fingerprint"] = splits["train"].all_docs.fingerprint()  # whole corpus: {file_count, bytes, sha256}
-    out["splits"] = {s: {"docs": len(src.docs), "bytes": src.docs.total_bytes()} for s, src in splits.items()}
-    out["fingerprint_s"] = round(time.perf_counter() - t0, 2)
-    return out
-
-
-def _progress() -> bool:
-    return os.environ.get("MC_PROGRESS", "1") != "0"
-
-
-def _run_stage1(cfg: RunConfig, run_dir: Path) -> dict:
-    from mc.train.stage1 import train_stage1  # noqa: PLC0415
-
-    return train_stage1(cfg, run_dir, progress=_progress())
-
-
-def _run_stage2(cfg: RunConfig, run_dir: Path) -> dict:
-    from mc.train.stage2 import train_stage2  # noqa: PLC0415
-
-    return train_stage2(cfg, run_dir, progress=_progress())
-
-
-def _run_eval(cfg: RunConfig, run_dir: Path) -> dict:
-    from mc.eval.evaluate import run_evaluation  # noqa: PLC0415
-
-    return run_evaluation(cfg, run_dir, progress=_progress())
-
-
-def _run_bench(cfg: RunConfig, run_dir: Path) -> dict:
-    """Eager vs the ``bench.modes`` on this run's config, each mode in its own subprocess."""
-    from mc.app.bench import run_bench, to_markdown  # noqa: PLC0415
-
-    out = run_dir / "bench"
-    res = run_bench(cfg, modes=["eager", *cfg.bench.modes], quick=cfg.bench.quick, reps=cfg.bench.reps or None,
-                    progress=_progress(), cases=cfg.bench.cases)
-    write_text(out / "bench.md", to_markdown(res))
-    write_json(out / "bench.json", res)
-    return {"bench": str(out / "bench.json")}
-
-
-def _run_report(cfg: RunConfig, run_dir: Path) -> dict:
-    from mc.app.report import write_report  # noqa: PLC0415
-
-    return {"report": str(write_report(cfg, run_dir))}
-
-
 # name -> fn(cfg, run_dir) -> summary dict. Tests replace entries to avoid real training.
 STAGE_RUNNERS: dict[str, Callable[[RunConfig, Path], Any]] = {
-    "env": _run_env, "data": _run_data, "stage1": _run_stage1, "stage2": _run_stage2, "eval": _run_eval,
-    "bench": _run_bench, "report": _run_report}
+    "env": run_env, "data": run_data, "stage1": run_stage1, "stage2": run_stage2, "eval": run_eval,
+    "bench": run_bench_stage, "report": run_report}
 
 
 def stage_done(stage: str, run_dir: Path) -> bool:
@@ -310,11 +231,16 @@ def _resolve(argv: Sequence[str]) -> tuple[WorkflowArgs, RunConfig, dict[str, st
         cfg.name = default_run_name(cfg, lambda preset: load_config([f"preset={preset}"]))
     selected = _stage_set(args.stages, "--stages") or {s for s in STAGES if s != "bench" or cfg.bench.enabled}
     force = _stage_set(args.force, "--force", extra=("harness",))
+    covered = force & selected
+    if cfg.model.source == "hf":  # the loaded model is the base: nothing to pretrain (obsidian Base models)
+        selected.discard("stage1")  # so model.* keys feed stage 2: forcing stage1 or stage2 redoes from there
+        force = (force - {"stage1"}) | ({"stage2"} if "stage1" in force else set())
+        covered = (force & selected) | ({"stage1"} if force & selected & {"data", "stage2"} else set())
     if args.nproc > 1:  # the global batch must split evenly over the ranks: say so before anything runs
         from mc.train.distributed import local_config  # noqa: PLC0415
         local_config(cfg, args.nproc)
     run_dir = Path(cfg.out_dir) / cfg.name
-    diff = check_recorded_config(cfg, run_dir, force & selected, STAGES)
+    diff = check_recorded_config(cfg, run_dir, covered, STAGES)
     return args, cfg, plan_stages([s for s in STAGES if s in selected], force, run_dir), force, diff
 
 
@@ -337,6 +263,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"the recorded config.json differs in {', '.join(diff)}: the forced stages redo what those keys feed")
     modes = {f"{n}.{c}": getattr(getattr(cfg.compile, n), c) for n in ("lensnet", "gistnet") for c in ("train", "inference")}
     _say(f"compile modes: {modes}")
+    if cfg.model.source == "hf":
+        _say(f"model=hf: base {cfg.model.hf_path} (d_model {cfg.model.d_model}, {cfg.model.n_layers} layers); stage1 skipped")
     needs_gate = cfg.compile.any_on and any(plan.get(s) == "run" for s in COMPILED)
     _say("plan: " + ", ".join(f"{s}={p}" for s, p in plan.items())
          + ("; compile gate before stage2/eval (before any training)" if needs_gate else "")

@@ -1,6 +1,6 @@
 """Data for MegaContext: byte tokenizer, stdlib / local-file corpora, the recall task, loaders.
 
-One concern per module: ``tokenizer`` (bytes <-> ids), ``split`` (stable train/val rule and
+One concern per module: ``tokenizer`` (bytes <-> ids), ``hf_tokenizer`` (a model=hf base's tokenizer), ``split`` (stable train/val rule and
 fingerprints), ``stdlib_corpus`` (finding the default corpus), ``documents`` (lazy document
 sets), ``local_files`` (.txt/.jsonl/.parquet), ``recall`` (the generated recall task),
 ``loader`` (windows, sources, the stage-2 mix).

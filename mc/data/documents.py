@@ -22,7 +22,7 @@ class DocumentSet:
     """Documents ``0..n-1`` with ``keys[i]``, ``sizes[i]`` (bytes) and ``read(i) -> bytes``."""
 
     def __init__(self, keys: Sequence[str], sizes: Sequence[int], read: Callable[[int], bytes], *,
-                 name: str, cache_docs: int = 64):
+                 name: str, cache_docs: int = 64, tokenizer=None):
         if len(keys) != len(sizes):
             raise ValueError(f"{len(keys)} keys but {len(sizes)} sizes; they must match")
         self.keys = list(keys)
@@ -31,10 +31,13 @@ class DocumentSet:
         self.name = name
         self._cache: OrderedDict[int, Tensor] = OrderedDict()
         self._cache_docs = cache_docs
+        # None = bytes. Another tokenizer (model=hf) encodes a document when it is first read, so
+        # num_tokens stays the byte count + 2: a size to place windows by, not the encoded length.
+        self.tokenizer = None if tokenizer is None or tokenizer.byte_level else tokenizer
 
     # ------------------------------------------------------------------ constructors
     @classmethod
-    def from_paths(cls, paths: Sequence[Path], keys: Sequence[str], *, name: str) -> "DocumentSet":
+    def from_paths(cls, paths: Sequence[Path], keys: Sequence[str], *, name: str, tokenizer=None) -> "DocumentSet":
         paths = [Path(p) for p in paths]
         sizes = [p.stat().st_size for p in paths]
 
@@ -44,12 +47,12 @@ class DocumentSet:
                 raise RuntimeError(f"{paths[i]} changed size while the corpus was open "
                                    f"({sizes[i]} -> {len(data)} bytes); restart the run")
             return data
-        return cls(keys, sizes, read, name=name)
+        return cls(keys, sizes, read, name=name, tokenizer=tokenizer)
 
     @classmethod
-    def from_texts(cls, keys: Sequence[str], texts: Sequence[str], *, name: str) -> "DocumentSet":
+    def from_texts(cls, keys: Sequence[str], texts: Sequence[str], *, name: str, tokenizer=None) -> "DocumentSet":
         blobs = [t.encode("utf-8") for t in texts]
-        return cls(keys, [len(b) for b in blobs], blobs.__getitem__, name=name)
+        return cls(keys, [len(b) for b in blobs], blobs.__getitem__, name=name, tokenizer=tokenizer)
 
     # ------------------------------------------------------------------ access
     def __len__(self) -> int:
@@ -59,20 +62,29 @@ class DocumentSet:
         return self._read(i)
 
     def num_tokens(self, i: int) -> int:
-        return self.sizes[i] + 2  # BOS + bytes + EOS
+        """BOS + bytes + EOS: the exact length for bytes; for another tokenizer, the size windows are placed by."""
+        return self.sizes[i] + 2
 
     def tokens(self, i: int) -> Tensor:
-        """``[BOS] + bytes + [EOS]`` of document ``i`` as a LongTensor ``[sizes[i] + 2]``."""
+        """``[BOS] + bytes + [EOS]`` of document ``i`` as a LongTensor ``[sizes[i] + 2]`` (with a
+        tokenizer: ``[BOS] + its encoding of the UTF-8 text + [EOS]``)."""
         hit = self._cache.get(i)
         if hit is not None:
             self._cache.move_to_end(i)
             return hit
         data = self._read(i)
+        if self.tokenizer is not None:
+            t = self.tokenizer
+            out = torch.tensor([t.bos_id, *t.encode_body(data.decode("utf-8", errors="replace")), t.eos_id], dtype=torch.long)
+            return self._remember(i, out)
         out = torch.empty(len(data) + 2, dtype=torch.long)
         out[0] = BOS_ID
         out[-1] = EOS_ID
         if data:
             out[1:-1] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        return self._remember(i, out)
+
+    def _remember(self, i: int, out: Tensor) -> Tensor:
         self._cache[i] = out
         if len(self._cache) > self._cache_docs:
             self._cache.popitem(last=False)
@@ -82,7 +94,7 @@ class DocumentSet:
         idx = list(indices)
         read = self._read
         return DocumentSet([self.keys[i] for i in idx], [self.sizes[i] for i in idx],
-                           lambda j: read(idx[j]), name=name, cache_docs=self._cache_docs)
+                           lambda j: read(idx[j]), name=name, cache_docs=self._cache_docs, tokenizer=self.tokenizer)
 
     def split(self, split: str, val_fraction: float) -> "DocumentSet":
         """The ``split`` ("train"/"val") part; ValueError when it would be empty."""

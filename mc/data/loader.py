@@ -56,6 +56,8 @@ class TokenStream:
         while filled < seq_len:
             toks = self.docs.tokens(doc)
             off = pos - self.starts[doc]
+            if len(toks) != self.docs.num_tokens(doc):  # a non-byte tokenizer: same relative place in the document
+                off = off * len(toks) // self.docs.num_tokens(doc)
             take = min(len(toks) - off, seq_len - filled)
             out[filled:filled + take] = toks[off:off + take]
             filled += take
@@ -121,9 +123,10 @@ def _recall_seed(split: str, k: int) -> int:
 class RecallSource:
     """Generated recall documents; document ``k`` of a split is fixed (see :meth:`doc`)."""
 
-    def __init__(self, cfg: RecallConfig, split: str):
+    def __init__(self, cfg: RecallConfig, split: str, tokenizer=None):
         check_split(split)
         self.cfg = cfg
+        self.tokenizer = tokenizer  # None = bytes; else e.g. the model=hf tokenizer (mc.data.hf_tokenizer)
         self.split = split
         self.name = "recall"
         self.rank, self.world = 0, 1  # shard: this source draws document ids k * world + rank only
@@ -131,20 +134,20 @@ class RecallSource:
     def shard(self, rank: int, world: int) -> "RecallSource":
         """A copy drawing only the documents ``k * world + rank``: disjoint across ranks."""
         _check_shard(rank, world)
-        out = RecallSource(self.cfg, self.split)
+        out = RecallSource(self.cfg, self.split, self.tokenizer)
         out.rank, out.world = rank, world
         return out
 
     def doc(self, k: int, seq_len: int | None = None) -> RecallDoc:
         """The ``k``-th document of this split (length ``seq_len``, default ``cfg.doc_tokens``)."""
         cfg = self.cfg if seq_len is None else dataclasses.replace(self.cfg, doc_tokens=seq_len)
-        return make_recall_doc(cfg, _recall_seed(self.split, k))
+        return make_recall_doc(cfg, _recall_seed(self.split, k), self.tokenizer)
 
     def sample_docs(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None):
         _check_shape(batch_size, seq_len)
         ks = torch.randint(0, 2**31 - 1, (batch_size,), generator=generator).tolist()
         cfg = dataclasses.replace(self.cfg, doc_tokens=seq_len)
-        return recall_batch(cfg, [_recall_seed(self.split, k * self.world + self.rank) for k in ks])
+        return recall_batch(cfg, [_recall_seed(self.split, k * self.world + self.rank) for k in ks], self.tokenizer)
 
     def sample_batch(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None) -> Tensor:
         return self.sample_docs(batch_size, seq_len, generator).ids
@@ -153,23 +156,25 @@ class RecallSource:
         return {"source": "recall", "split": self.split, **dataclasses.asdict(self.cfg)}
 
 
-def make_source(cfg: DataConfig, split: str, *, max_files: int | None = None):
+def make_source(cfg: DataConfig, split: str, *, max_files: int | None = None, tokenizer=None):
     """The source ``cfg.source`` ("stdlib", "files" or "recall") for ``split`` ("train"/"val").
 
     ``max_files`` caps the stdlib corpus (first files in sorted order) for quick runs and tests.
+    ``tokenizer``: None = bytes; else the base's tokenizer (``mc.data.hf_tokenizer.tokenizer_for``).
     """
     check_split(split)
     if cfg.source == "stdlib":
         root = stdlib_root()
         paths = stdlib_files(root, max_files=max_files)
-        docs = DocumentSet.from_paths(paths, [relative_key(p, root) for p in paths], name="stdlib")
+        docs = DocumentSet.from_paths(paths, [relative_key(p, root) for p in paths], name="stdlib", tokenizer=tokenizer)
         return CorpusSource(docs, split, cfg.val_fraction)
     if cfg.source == "files":
         found = load_documents(cfg.files_glob)
-        docs = DocumentSet.from_texts([d.key for d in found], [d.text for d in found], name=f"files:{cfg.files_glob}")
+        docs = DocumentSet.from_texts([d.key for d in found], [d.text for d in found], name=f"files:{cfg.files_glob}",
+                                       tokenizer=tokenizer)
         return CorpusSource(docs, split, cfg.val_fraction)
     if cfg.source == "recall":
-        return RecallSource(cfg.recall, split)
+        return RecallSource(cfg.recall, split, tokenizer)
     raise ValueError(f"data.source={cfg.source!r} is invalid: expected one of stdlib, files, recall")
 
 
@@ -199,12 +204,12 @@ class Stage2Sampler:
     left over, so the expected share is exactly ``recall_mix`` even for B = 1 or 2.
     """
 
-    def __init__(self, corpus, recall_cfg: RecallConfig, recall_mix: float, split: str):
+    def __init__(self, corpus, recall_cfg: RecallConfig, recall_mix: float, split: str, tokenizer=None):
         if not 0.0 <= recall_mix <= 1.0:
             raise ValueError(f"recall_mix={recall_mix!r} is invalid: expected a number in [0, 1]")
         check_split(split)
         self.corpus = corpus
-        self.recall = RecallSource(recall_cfg, split)
+        self.recall = RecallSource(recall_cfg, split, tokenizer)
         self.recall_mix = float(recall_mix)
 
     def shard(self, rank: int, world: int) -> "Stage2Sampler":
@@ -243,8 +248,9 @@ class Stage2Sampler:
                            answer_start=a0, answer_end=a1, record_start=r0, record_end=r1, recall_docs=docs)
 
 
-def make_stage2_sampler(cfg: DataConfig, split: str, *, max_files: int | None = None) -> Stage2Sampler:
+def make_stage2_sampler(cfg: DataConfig, split: str, *, max_files: int | None = None, tokenizer=None) -> Stage2Sampler:
     """Stage-2 mix for ``cfg``; with ``source=recall`` every row is a recall document."""
     if cfg.source == "recall":
-        return Stage2Sampler(None, cfg.recall, 1.0, split)
-    return Stage2Sampler(make_source(cfg, split, max_files=max_files), cfg.recall, cfg.recall_mix, split)
+        return Stage2Sampler(None, cfg.recall, 1.0, split, tokenizer)
+    return Stage2Sampler(make_source(cfg, split, max_files=max_files, tokenizer=tokenizer), cfg.recall,
+                         cfg.recall_mix, split, tokenizer)

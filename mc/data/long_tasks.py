@@ -19,10 +19,9 @@ from __future__ import annotations
 import random
 import zlib
 
-import torch
-
-from mc.config import BOS_ID, LONG_TASKS
-from mc.data.recall import KEY_ALPHABET, VALUE_ALPHABET, RecallDoc, filler_text
+from mc.config import LONG_TASKS
+from mc.data.recall import KEY_ALPHABET, VALUE_ALPHABET, RecallDoc, assemble_ids
+from mc.data.tokenizer import ByteTokenizer
 
 
 def _random_keys(rng: random.Random, n: int, key_len: int, taken: set[str]) -> list[str]:
@@ -36,8 +35,10 @@ def _random_keys(rng: random.Random, n: int, key_len: int, taken: set[str]) -> l
 
 
 def make_long_doc(task: str, length: int, depth: float, seed: int, *, key_len: int, value_len: int,
-                  n_needles: int = 4) -> RecallDoc:
-    """One document of exactly ``length`` tokens (see the module docstring)."""
+                  n_needles: int = 4, tokenizer=None) -> RecallDoc:
+    """One document of exactly ``length`` tokens (see the module docstring); ``tokenizer`` as in
+    :func:`mc.data.recall.make_recall_doc` (bytes when None)."""
+    tokenizer = tokenizer or ByteTokenizer()
     if task not in LONG_TASKS:
         raise ValueError(f"unknown long-range task {task!r}; expected one of {LONG_TASKS}")
     if not 0.0 <= depth <= 1.0:
@@ -69,22 +70,18 @@ def make_long_doc(task: str, length: int, depth: float, seed: int, *, key_len: i
         if all(abs(cand - s) >= slot for s in starts):
             starts.append(cand)
     order = sorted(range(n), key=lambda i: starts[i])
-    pieces: list[str] = []
-    pos = 1  # after BOS (ASCII text: one character = one token)
+    pieces: list[int | str] = []
+    pos = 1  # after BOS; filler counted in tokens, records one token per character
     spans: list[tuple[int, int]] = [(0, 0)] * n
     for i in order:
         gap = starts[i] - pos
-        pieces.append(filler_text(rng, gap) + "\n")
+        pieces += [gap, "\n"]
         pos += gap + 1
         pieces.append(f"{keys[i]}={values[i]}\n")
         spans[i] = (pos, pos + rec_len)
         pos += rec_len + 1
-    pieces.append(filler_text(rng, history - pos))
-    pieces.append(f"\n{keys[0]}={values[0]}")
-    text = "".join(pieces)
-    ids = torch.empty(length, dtype=torch.long)
-    ids[0] = BOS_ID
-    ids[1:] = torch.frombuffer(bytearray(text.encode("ascii")), dtype=torch.uint8)
+    pieces += [history - pos, f"\n{keys[0]}={values[0]}"]
+    ids = assemble_ids(pieces, rng, tokenizer, length)
     return RecallDoc(ids=ids, keys=tuple(keys), values=tuple(values), record_spans=tuple(spans), answer_record=0,
                      query_start=length - value_len - 1 - key_len, answer_span=(length - value_len, length),
                      seed=int(seed))

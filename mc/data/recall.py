@@ -32,7 +32,8 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from mc.config import BOS_ID, RecallConfig
+from mc.config import RecallConfig
+from mc.data.tokenizer import ByteTokenizer
 
 KEY_ALPHABET = string.ascii_uppercase
 VALUE_ALPHABET = string.digits
@@ -54,7 +55,7 @@ _WORDS = (
 class RecallDoc:
     """One recall document. Spans are ``(start, end)`` token indices, end exclusive."""
 
-    ids: Tensor                          # [doc_tokens] long, ids[0] == BOS_ID
+    ids: Tensor                          # [doc_tokens] long, ids[0] == the tokenizer's BOS
     keys: tuple[str, ...]                # [n_records]
     values: tuple[str, ...]              # [n_records]
     record_spans: tuple[tuple[int, int], ...]  # span of each "KEY=VALUE"
@@ -141,8 +142,32 @@ def _cuts(rng: random.Random, total: int, parts: int) -> list[int]:
     return [b - a for a, b in zip(bounds, bounds[1:])]
 
 
-def make_recall_doc(cfg: RecallConfig, seed: int) -> RecallDoc:
-    """One recall document of exactly ``cfg.doc_tokens`` tokens; same seed -> identical document."""
+def filler_ids(rng: random.Random, n: int, tokenizer) -> list[int]:
+    """Exactly ``n`` tokens of filler: the characters of :func:`filler_text` for the byte tokenizer (so byte
+    documents are unchanged), else more filler text than needed, encoded and cut at ``n`` tokens."""
+    if tokenizer.byte_level or n == 0:
+        return tokenizer.encode_body(filler_text(rng, n))
+    ids = tokenizer.encode_body(filler_text(rng, 3 * n + 8))
+    while len(ids) < n:
+        ids += tokenizer.encode_body(" " + filler_text(rng, n + 8))
+    return ids[:n]
+
+
+def assemble_ids(pieces: Sequence[int | str], rng: random.Random, tokenizer, length: int) -> Tensor:
+    """``[length]`` long: BOS, then each piece in order: an int ``n`` is ``n`` filler tokens, a str is one
+    token per character (:meth:`char_ids`), so token positions are known before any text is encoded."""
+    ids = [tokenizer.bos_id]
+    for piece in pieces:
+        ids += filler_ids(rng, piece, tokenizer) if isinstance(piece, int) else tokenizer.char_ids(piece)
+    if len(ids) != length:  # an invariant of the callers' arithmetic, not a user error
+        raise RuntimeError(f"assembled {len(ids)} tokens for a {length}-token document")
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def make_recall_doc(cfg: RecallConfig, seed: int, tokenizer=None) -> RecallDoc:
+    """One recall document of exactly ``cfg.doc_tokens`` tokens; same seed -> identical document.
+    ``tokenizer``: the byte tokenizer when None, else e.g. a model=hf tokenizer (mc.data.hf_tokenizer)."""
+    tokenizer = tokenizer or ByteTokenizer()
     check_recall_config(cfg)
     rng = random.Random(int(seed))
     n, kl, vl = cfg.n_records, cfg.key_len, cfg.value_len
@@ -161,11 +186,11 @@ def make_recall_doc(cfg: RecallConfig, seed: int) -> RecallDoc:
     slack = region - 1 - n * (rec_len + 2)
     gaps = _cuts(rng, slack, n + 1)  # filler before each record; the last gap runs into the tail
 
-    pieces: list[str] = []
-    pos = 1  # after BOS; text is ASCII so characters == tokens
+    pieces: list[int | str] = []
+    pos = 1  # after BOS; filler is counted in tokens, records are one token per character
     spans: list[tuple[int, int]] = []
     for i in range(n):
-        pieces.append(filler_text(rng, gaps[i]) + "\n")
+        pieces += [gaps[i], "\n"]
         pos += gaps[i] + 1
         pieces.append(f"{keys[i]}={values[i]}")
         spans.append((pos, pos + rec_len))
@@ -174,12 +199,8 @@ def make_recall_doc(cfg: RecallConfig, seed: int) -> RecallDoc:
         pos += 1
     query = f"\n{keys[answer]}={values[answer]}"
     tail = cfg.doc_tokens - pos - len(query)
-    pieces.append(filler_text(rng, tail))
-    pieces.append(query)
-    text = "".join(pieces)
-    ids = torch.empty(cfg.doc_tokens, dtype=torch.long)
-    ids[0] = BOS_ID
-    ids[1:] = torch.frombuffer(bytearray(text.encode("ascii")), dtype=torch.uint8)
+    pieces += [tail, query]
+    ids = assemble_ids(pieces, rng, tokenizer, cfg.doc_tokens)
     end = cfg.doc_tokens
     return RecallDoc(ids=ids, keys=tuple(keys), values=tuple(values), record_spans=tuple(spans),
                      answer_record=answer, query_start=end - vl - 1 - kl, answer_span=(end - vl, end),
@@ -199,11 +220,11 @@ class RecallBatch:
     docs: list[RecallDoc]
 
 
-def recall_batch(cfg: RecallConfig, seeds: Sequence[int]) -> RecallBatch:
+def recall_batch(cfg: RecallConfig, seeds: Sequence[int], tokenizer=None) -> RecallBatch:
     """Documents for ``seeds`` stacked into ``[B, doc_tokens]`` with their spans as tensors."""
     if len(seeds) == 0:
         raise ValueError("recall_batch needs at least one seed")
-    docs = [make_recall_doc(cfg, s) for s in seeds]
+    docs = [make_recall_doc(cfg, s, tokenizer) for s in seeds]
 
     def col(f) -> Tensor:
         return torch.tensor([f(d) for d in docs], dtype=torch.long)

@@ -19,6 +19,7 @@ class ByteTokenizer:
     """UTF-8 bytes as token ids; ``vocab_size`` = 256 bytes + 3 specials."""
 
     vocab_size = BYTE_VOCAB_SIZE
+    byte_level = True  # one token per byte: the data code keeps its byte fast paths
     bos_id = BOS_ID
     eos_id = EOS_ID
     pad_id = PAD_ID
@@ -32,6 +33,17 @@ class ByteTokenizer:
             ids.insert(0, BOS_ID)
         if eos:
             ids.append(EOS_ID)
+        return ids
+
+    def encode_body(self, text: str) -> list[int]:
+        """``text`` -> utf-8 bytes, no specials (the interface shared with mc.data.hf_tokenizer)."""
+        return self.encode(text, bos=False)
+
+    def char_ids(self, text: str) -> list[int]:
+        """One token per character: ASCII only (the generated tasks' keys, values and separators)."""
+        ids = self.encode_body(text)
+        if len(ids) != len(text):
+            raise ValueError(f"{text!r} is not ASCII: the byte tokenizer gives one token per character only for ASCII")
         return ids
 
     def encode_tensor(self, text: str, bos: bool = True, eos: bool = False) -> Tensor:

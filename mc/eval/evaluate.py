@@ -20,7 +20,8 @@ validation-seed recall documents, and compares four ways of reading each one:
 For (c) and (d) the scored tokens (the tail, or the recall answer) are then appended through the
 controller at LOD0 without refocus, exactly as a streaming session appends: when the budget is
 full the session collapses sibling groups first (oldest first, never a group the refocus just
-changed while its cooldown runs), so the final working context never holds more than ``B``
+changed while its cooldown runs; if that leaves only the group just before the scored tokens, its
+gist cannot predict the first of them, which is then not scored), so the final working context never holds more than ``B``
 entries, the number the recency window holds. (c) and (d) differ only by the refocus, and LensNet
 never sees the tokens it is scored on.
 
@@ -43,6 +44,7 @@ from torch import Tensor
 
 from mc.config import RunConfig, to_dict
 from mc.controller import MCController
+from mc.data.hf_tokenizer import tokenizer_for
 from mc.data.split import VAL_SEED_OFFSET
 from mc.eval.baselines import lod0_answer, lod0_tail_loss
 from mc.eval.focus_policies import oracle_refocus, random_refocus
@@ -74,15 +76,19 @@ def corpus_eval_docs(cfg: RunConfig, n: int, doc_tokens: int, *, max_files: int 
         return [], "data.source=recall: no corpus; only recall documents are evaluated"
     from mc.data.loader import make_source  # noqa: PLC0415 - corpus scanning only when needed
 
-    src = make_source(cfg.data, "val", max_files=max_files)
+    src = make_source(cfg.data, "val", max_files=max_files, tokenizer=tokenizer_for(cfg.model))
     docs = src.docs
     long_ = [i for i in range(len(docs)) if docs.num_tokens(i) >= doc_tokens]
     g = torch.Generator().manual_seed(cfg.train.seed + VAL_SEED_OFFSET)
-    order = torch.randperm(len(long_), generator=g).tolist()[:n]
+    order = torch.randperm(len(long_), generator=g).tolist()
     out = []
     for j in order:
+        if len(out) == n:
+            break
         i = long_[j]
         toks = docs.tokens(i)
+        if toks.numel() < doc_tokens:  # num_tokens counts bytes; a model=hf tokenizer's encoding is shorter
+            continue
         start = int(torch.randint(0, toks.numel() - doc_tokens + 1, (1,), generator=g))
         out.append(EvalDoc("corpus", f"{docs.keys[i]}@{start}", toks[start:start + doc_tokens].clone()))
     note = f"{len(out)} windows of distinct {docs.name} documents >= {doc_tokens} tokens"
@@ -97,7 +103,7 @@ def recall_eval_docs(cfg: RunConfig, n: int, doc_tokens: int) -> list[EvalDoc]:
     """Validation-seed recall documents (a seed namespace disjoint from training's)."""
     from mc.data.loader import RecallSource  # noqa: PLC0415
 
-    src = RecallSource(cfg.data.recall, "val")
+    src = RecallSource(cfg.data.recall, "val", tokenizer_for(cfg.model))
     docs = [src.doc(k, seq_len=doc_tokens) for k in range(n)]
     return [EvalDoc("recall", f"recall:val#{k}", d.ids, d) for k, d in enumerate(docs)]
 
@@ -120,11 +126,11 @@ def load_trained_controller(cfg: RunConfig, run_dir: str | Path, *, device: torc
     Accepts a stage-2 checkpoint holding ``{"controller": state}`` or the controller state itself
     (``{"gistnet": ..., "lensnet": ...}``). Raises FileNotFoundError naming the missing stage.
     """
-    from mc.build import build_controller  # noqa: PLC0415 - keeps `import mc.eval` light
+    from mc.build import build_controller, stage1_base_path  # noqa: PLC0415 - keeps `import mc.eval` light
 
     run_dir = Path(run_dir)
-    base_path, aux_path = run_dir / "stage1" / "base.pt", run_dir / "stage2" / "ckpt.pt"
-    if not base_path.is_file():
+    base_path, aux_path = stage1_base_path(cfg, run_dir), run_dir / "stage2" / "ckpt.pt"
+    if base_path is not None and not base_path.is_file():
         raise FileNotFoundError(f"evaluation needs the stage-1 base model at {base_path}; run stage 1 first "
                                 "(bash run10.sh --stages=stage1)")
     if not aux_path.is_file():
@@ -189,11 +195,13 @@ def _scored_logits(ctrl: MCController, n_scored: int, expect: Tensor) -> tuple[T
     mwc = s.materialize()
     L = mwc.length
     logits = ctrl.base_logits(mwc.embeds[None], mwc.positions[None], mwc.lods[None], mwc.mask[None])[0]  # [bucket, V]
-    if bool((mwc.lods[L - n_scored - 1: L] != 0).any()):
-        raise RuntimeError("evaluation bug: the scored tokens and their predecessor must be LOD0 entries")
+    if bool((mwc.lods[L - n_scored: L] != 0).any()):
+        raise RuntimeError("evaluation bug: the scored tokens must be LOD0 entries")
     tgt = mwc.token_ids[L - n_scored: L]
     if not torch.equal(tgt.cpu(), expect.cpu()):
         raise RuntimeError("evaluation bug: the working context's last entries are not the scored tokens")
+    if bool(mwc.lods[L - n_scored - 1] != 0):  # the append collapsed the predecessor (all older groups in
+        return logits[L - n_scored: L - 1].float(), tgt[1:]  # cooldown): a gist predicts nothing, drop token 1
     return logits[L - n_scored - 1: L - 1].float(), tgt
 
 
@@ -245,8 +253,10 @@ def _lod_map_record(doc: EvalDoc, num_tokens: int, before: list, after: list, cf
     return rec
 
 
-def _show(ids: list[int]) -> str:
-    """Decoded ids for the report: printable ASCII as is, anything else as an escape."""
+def _show(ids: list[int], tok=None) -> str:
+    """Decoded ids for the report: printable ASCII as is, anything else as an escape (model=hf: its tokenizer's text)."""
+    if tok is not None and not tok.byte_level:
+        return tok.decode(ids).encode("unicode_escape").decode("ascii")
     return "".join(chr(t) if 32 <= t < 127 else (f"\\x{t:02x}" if t < 256 else f"<{t}>") for t in ids)
 
 
@@ -267,7 +277,7 @@ def evaluate_docs(ctrl: MCController, cfg: RunConfig, docs: list[EvalDoc], *, pr
     mc, ev = cfg.mc, cfg.eval
     B, T, vl = mc.max_entries, ev.tail_tokens, cfg.data.recall.value_len
     full_window = cfg.model.max_seq_len
-    base = ctrl.base
+    base, tok = ctrl.base, tokenizer_for(cfg.model)
     per_doc, lod_maps = [], []
     kept = {"corpus": 0, "recall": 0}
     try:
@@ -301,7 +311,7 @@ def evaluate_docs(ctrl: MCController, cfg: RunConfig, docs: list[EvalDoc], *, pr
             by_variant = (("full", fa), ("recency", rb), ("compressed", rc), ("focused", rd), ("random", re_))
             row["values"]["recall_answer_nll"] = {k: r["nll"] for k, r in by_variant}
             row["values"]["recall_accuracy"] = {k: r["exact"] for k, r in by_variant}
-            row["predicted"] = {"answer": doc.recall.answer, **{k: _show(r["predicted"]) for k, r in by_variant}}
+            row["predicted"] = {"answer": doc.recall.answer, **{k: _show(r["predicted"], tok) for k, r in by_variant}}
             row["entries"]["recall"] = {"full": min(n, full_window), "recency": B, "compressed": rc["entries"],
                                         "focused": rd["entries"], "random": re_["entries"]}
             row["edits"]["recall"] = rd["edits"]

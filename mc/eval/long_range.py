@@ -25,6 +25,7 @@ from torch import Tensor
 
 from mc.config import LONG_RANGE_VARIANTS, RunConfig
 from mc.controller import MCController
+from mc.data.hf_tokenizer import tokenizer_for
 from mc.data.long_tasks import make_long_doc
 from mc.eval.baselines import lod0_answer
 from mc.eval.focus_policies import oracle_refocus, random_refocus
@@ -77,12 +78,13 @@ def run_long_range(ctrl: MCController, cfg: RunConfig, *, progress: bool = False
         bar = None
     t0 = time.time()
     rows = []
+    tok = tokenizer_for(cfg.model)  # bytes, or the model=hf base's own tokenizer
     for task, length, depth, k in combos:
         if length <= budget:
             raise ValueError(f"long-range length {length} is not longer than the budget mc.max_entries={budget}; "
                              "raise eval.long_range.multiples")
         doc = make_long_doc(task, length, depth, SEED_OFFSET + cfg.train.seed * 10_000 + k, key_len=rc.key_len,
-                            value_len=rc.value_len, n_needles=lr.n_needles)
+                            value_len=rc.value_len, n_needles=lr.n_needles, tokenizer=tok)
         row = {"task": task, "length": length, "depth": depth, "doc": k, "answer": doc.answer,
                "exact": {}, "edits": {}}
         lensnet_edits = 0

@@ -19,6 +19,7 @@ import torch
 
 from mc.build import resolve_device
 from mc.config import RecallConfig, RunConfig, to_dict
+from mc.data.hf_tokenizer import tokenizer_for
 from mc.data.loader import Stage2Sampler, make_source
 from mc.data.recall import check_recall_config
 from mc.io import write_text
@@ -51,9 +52,11 @@ def make_sampler(cfg: RunConfig, split: str, seq_len: int, *, max_files: int | N
     ``data.source=recall`` gives recall documents only. ``max_files`` caps the stdlib corpus (tests).
     """
     recall = fit_recall(cfg.data.recall, seq_len)
+    tok = tokenizer_for(cfg.model)  # bytes, or the model=hf base's own tokenizer
     if cfg.data.source == "recall":
-        return Stage2Sampler(None, recall, 1.0, split)
-    return Stage2Sampler(make_source(cfg.data, split, max_files=max_files), recall, cfg.data.recall_mix, split)
+        return Stage2Sampler(None, recall, 1.0, split, tok)
+    return Stage2Sampler(make_source(cfg.data, split, max_files=max_files, tokenizer=tok), recall, cfg.data.recall_mix,
+                         split, tok)
 
 
 class MetricsLog:

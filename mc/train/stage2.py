@@ -41,7 +41,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from mc.build import build_controller
+from mc.build import build_controller, stage1_base_path
 from mc.compile.telemetry import Telemetry
 from mc.config import RunConfig, to_dict
 from mc.config_checks import validate
@@ -100,7 +100,7 @@ def train_stage2(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
                  stop_after: int | None = None) -> dict[str, Any]:
     """Train (or resume, or skip when done) GistNet + LensNet; returns a summary dict.
 
-    Needs ``run_dir/stage1/base.pt``. ``max_files`` caps the stdlib corpus (tests);
+    Needs ``run_dir/stage1/base.pt`` (not with ``model=hf``: the loaded model is the base). ``max_files`` caps the stdlib corpus (tests);
     ``stop_after`` stops after that many optimizer steps in total (checkpoint written), as if
     the process had been interrupted.
     """
@@ -124,7 +124,7 @@ def train_stage2(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
     device = dist.place(setup_device(cfg))
     telemetry = Telemetry.from_config(cfg.telemetry, run_dir if dist.is_main else None, device=device)
     telemetry.tags = dist.tags()  # rank and world_size on every event under torchrun
-    controller = build_controller(lcfg, device=device, base_weights=run_dir / "stage1" / "base.pt", telemetry=telemetry)
+    controller = build_controller(lcfg, device=device, base_weights=stage1_base_path(cfg, run_dir), telemetry=telemetry)
     controller.gistnet.train()
     controller.lensnet.train()
     optimizer = make_optimizer(controller.aux_parameters(), st)
