@@ -14,7 +14,7 @@ COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cudagraph
 FREEZE_MODES = ("fail", "warn", "off")
 DATA_SOURCES = ("stdlib", "files", "recall")
 ALLOCATOR_POLICIES = ("relative", "absolute")
-POSITION_MODES = ("global", "bounded")  # mc.positions (mc/positions.py)
+POSITION_MODES = ("global", "bounded", "entries")  # mc.positions (mc/positions.py)
 LONG_TASKS = ("passkey", "multi_needle")  # mc.data.long_tasks
 LONG_RANGE_VARIANTS = ("recency", "compressed", "focused", "random", "oracle")
 DEVICES = ("auto", "cpu", "cuda")
@@ -81,12 +81,15 @@ class MCConfig:
     gist_bucket_ladder: list[int] = field(default_factory=lambda: [1, 4, 16, 64])  # blocks per GistNet call (inference)
     history_tokens: int = 2048  # stage-2 training sequence length T (multiple of K**max_lod)
     n_random_variants: int = 3  # random compressions per training sequence (plus one baseline)
+    guided_variants: int = 0  # of those, on recall sequences: the queried record's path expanded to LOD0 first
+    focus_loss_weight: float = 0.0  # recall sequences: weight of the loss ranking the record's gist first (0 = off)
     lens_loss_weight: float = 1.0  # weight of the LensNet preference loss in the stage-2 total
     pref_beta: float = 2.0  # logistic sharpness of the per-entry preference loss (2: scores clear the allocator thresholds)
     min_loss_gap: float = 1e-3  # pairs whose loss gap is smaller carry no preference
     freeze_base: bool = True  # stage 2 leaves the base model frozen
     positions: str = "bounded"  # base-model positions: "bounded" (= "global" inside model.max_seq_len, mapped into it
-    #                             past it) or "global" span centres (POSITION_MODES; obsidian Positions)
+    #                             past it), "entries" (as bounded, older entries one position apart) or "global"
+    #                             span centres (POSITION_MODES; obsidian Positions)
 
 
 @dataclass
@@ -112,6 +115,10 @@ class AllocatorConfig:
     policy: str = "relative"
     expand_z: float = 1.0  # relative: expand a gist whose z-score is >= this
     trade_margin_z: float = 1.0  # relative: a trade needs z(expanded) - mean z(collapsed group) >= this
+    # relative: the this-many highest-z gists are candidates too while their z > 0, even below expand_z. Multi-level
+    # refocus needs it: once a coarse gist is expanded, its detailed child competes with many similar gists and
+    # rarely clears expand_z although it ranks first (obsidian Focus Allocator). 0 = expand_z alone decides.
+    expand_top: int = 0
     expand_threshold: float = 0.2  # absolute: expand an entry whose score >= this
     collapse_threshold: float = 0.2  # absolute: collapse K siblings whose mean score <= -this (also the trade margin)
     cooldown: int = 2  # refocuses during which a changed entry is not flipped back
@@ -161,6 +168,10 @@ class RecallConfig:
     key_len: int = 4
     value_len: int = 4
     records_region: float = 0.25  # records sit in the first this-fraction of the document
+    # Stage 1 only: > 0 makes each recall row a document of a random length in [this, max_seq_len] followed by
+    # filler, so the query (and the records) sit at varied absolute positions; 0 = full-length documents only.
+    # Stage 2 and evaluation always use full-length documents (the answer is the row's last tokens).
+    stage1_min_tokens: int = 0
 
 
 @dataclass

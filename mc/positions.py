@@ -15,6 +15,14 @@ only, so for it :func:`base_positions` maps them according to ``mc.positions``:
   history length. ``c`` moves in steps of ``Q`` tokens, so between steps an appended token leaves
   every earlier entry's position unchanged: the decode KV cache (``mc.decode``) stays valid
   (a mapping that moved with every token would invalidate the whole cache on every token).
+* ``entries``: like ``bounded`` (identical to ``global`` inside the window, the same exact region
+  past it), but the entries before ``c`` sit one position apart in entry order, ``0, 1, 2, ...``
+  (closer only when more of them than ``W - R - Q + 1`` would not fit). Why: the linear map of
+  ``bounded`` squeezes the older region by ``(W - R - Q + 1) / c``, so at 4x the window an expanded
+  LOD0 run (a needle focus brought back) has its tokens ~0.2 positions apart, and the base's
+  "previous token" attention, which keys on distance 1, cannot read it. Counting from the front
+  keeps every older entry's position independent of the entries after it, so an edit changes only
+  the positions from the edited entry on: the decode KV cache's suffix rule still holds.
 
 The history length ``N`` is read off the positions themselves: the last real entry of a working
 context is always the LOD0 token ``N - 1`` (the recent tail is never empty), so the mapping needs
@@ -59,6 +67,11 @@ def base_positions(positions: Tensor, mask: Tensor, *, mode: str, window: int, r
     start = float(window - recent - q + 1)  # where the exact region begins: its last token can reach window - 1
     exact = pos - cut + start
     older = pos * (start / cut.clamp(min=1.0))  # [0, cut) -> [0, start)
+    if mode == "entries":
+        older_mask = mask & (pos < cut)
+        rank = torch.cumsum(older_mask.to(torch.float32), -1) - 1.0  # [..., W] 0, 1, 2 ... in entry order
+        n_older = older_mask.sum(-1, keepdim=True).to(torch.float32)
+        older = rank * (start / n_older.clamp(min=start)).clamp(max=1.0)  # 1 apart unless they would pass start
     mapped = torch.where(pos >= cut, exact, older)
     return torch.where(mask & (n > window), mapped, pos).to(positions.dtype)
 

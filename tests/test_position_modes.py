@@ -1,4 +1,4 @@
-"""Position modes (mc.positions): the bounded mode keeps every base-model position inside the window."""
+"""Position modes (mc.positions): bounded and entries keep every base-model position inside the window."""
 from __future__ import annotations
 
 import pytest
@@ -23,18 +23,20 @@ def wc_positions(n: int, *, K=4, max_lod=3, max_entries=32) -> tuple[torch.Tenso
                                                                 torch.zeros(pad, dtype=torch.bool)])[None]
 
 
+@pytest.mark.parametrize("mode", ["bounded", "entries"])
 @pytest.mark.parametrize("n", [1, 9, 40, 63, 64])
-def test_bounded_equals_global_inside_the_window(n):
+def test_bounded_equals_global_inside_the_window(n, mode):
     pos, mask = wc_positions(n)
-    out = base_positions(pos, mask, mode="bounded", window=WINDOW, recent=RECENT)
+    out = base_positions(pos, mask, mode=mode, window=WINDOW, recent=RECENT)
     assert torch.equal(out, pos)
     assert torch.equal(base_positions(pos, mask, mode="global", window=WINDOW, recent=RECENT), pos)
 
 
+@pytest.mark.parametrize("mode", ["bounded", "entries"])
 @pytest.mark.parametrize("n", [65, 100, 1000, 6400, 10**6])
-def test_bounded_stays_in_the_window_keeps_order_and_the_tail_exact(n):
+def test_bounded_stays_in_the_window_keeps_order_and_the_tail_exact(n, mode):
     pos, mask = wc_positions(n, max_lod=10)
-    out = base_positions(pos, mask, mode="bounded", window=WINDOW, recent=RECENT)
+    out = base_positions(pos, mask, mode=mode, window=WINDOW, recent=RECENT)
     real, mapped = pos[mask], out[mask]
     assert mapped.min() >= 0 and mapped.max() <= WINDOW - 1
     q = bounded_step(WINDOW, RECENT)
@@ -75,7 +77,7 @@ def test_unknown_mode_and_a_tail_as_long_as_the_window_are_refused():
                             "mc.bucket_ladder=[16,80]", "eval.tail_tokens=8"])
 
 
-@pytest.mark.parametrize("mode", ["bounded", "global"])
+@pytest.mark.parametrize("mode", ["bounded", "entries", "global"])
 def test_no_position_past_the_window_reaches_the_base_in_a_long_session(monkeypatch, mode):
     """A session of 100x model.max_seq_len tokens (tiny config: 64 -> 6,400 and on), eager nets."""
     cfg = load_config(TINY + [f"mc.positions={mode}", "allocator.inference.refocus_interval=16"])
@@ -95,7 +97,44 @@ def test_no_position_past_the_window_reaches_the_base_in_a_long_session(monkeypa
         ctrl.append(torch.randint(0, 250, (1,), generator=g))
         ctrl.next_token_logits()
     assert len(seen) == 41
-    if mode == "bounded":
+    if mode != "global":
         assert max(seen) <= window - 1
     else:  # the control: the global mode does feed positions the base never saw
         assert max(seen) > 100 * window - 2
+
+
+def test_entries_mode_keeps_an_expanded_lod0_run_one_apart_where_bounded_squeezes_it():
+    """Past the window, bounded scales the older region by (W - R - Q + 1) / c: at 8x the window an
+    expanded LOD0 run's tokens sit ~0.1 apart. entries puts older entries 1 apart in entry order."""
+    n = 8 * WINDOW  # 512 tokens: LOD2 gists (16 tokens) and LOD1 gists (4) around a needle expanded to LOD0
+
+    def centres(lo: int, hi: int, span: int) -> list[float]:
+        return [p + (span - 1) / 2 for p in range(lo, hi, span)]
+    older = [float(p) for p in range(96, 104)]  # the needle's two LOD0 blocks
+    real = centres(0, 96, 16) + older + centres(104, 112, 4) + centres(112, 496, 16) + [float(p) for p in range(496, n)]
+    t = torch.tensor(real)[None]
+    ones = torch.ones_like(t, dtype=torch.bool)
+    run = [real.index(p) for p in older]
+    for mode, spacing in (("bounded", None), ("entries", 1.0)):
+        out = base_positions(t, ones, mode=mode, window=WINDOW, recent=RECENT)[0]
+        gaps = out[run][1:] - out[run][:-1]
+        if spacing is None:
+            assert gaps.max() < 0.2  # the squeeze the entries mode exists to avoid
+        else:
+            assert torch.equal(gaps, torch.full_like(gaps, spacing))
+            assert out.max() <= WINDOW - 1 and (out[1:] > out[:-1]).all()
+
+
+def test_entries_mode_changes_positions_only_from_an_edited_entry_on():
+    """Collapsing older entries (fewer entries after some point) leaves the positions before the
+    edit as they were: the decode KV cache's suffix rule holds in this mode too."""
+    n = 12 * WINDOW
+    before = [float(p) for p in range(0, 16)] + [p + 15.5 for p in range(16, n - 2 * RECENT, 32)] + \
+        [float(p) for p in range(n - 2 * RECENT, n)]
+    after = before[:8] + [11.5] + before[16:]  # tokens 8..15 collapsed into one gist
+    a = base_positions_list(before, mode="entries", window=WINDOW, recent=RECENT)
+    b = base_positions_list(after, mode="entries", window=WINDOW, recent=RECENT)
+    assert a[:8] == b[:8] and a[16] != b[9]  # before the edit unchanged; the entries after it move up
+    assert a[8:16] == [float(i) for i in range(8, 16)]  # one apart while they fit
+    assert max(a) <= WINDOW - 1 and max(b) <= WINDOW - 1
+    assert a[-RECENT:] == b[-RECENT:]  # the exact region does not move either
