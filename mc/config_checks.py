@@ -5,6 +5,7 @@ the dataclasses and their defaults live in :mod:`mc.config`.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from mc.config import (ALLOCATOR_POLICIES, BASE_SOURCES, BENCH_CASES, HF_DTYPES, COMPILE_MODES, DATA_SOURCES, DEVICES, FREEZE_MODES,
@@ -60,6 +61,13 @@ def validate(cfg: RunConfig) -> RunConfig:
     _positive("mc.block_size", mc.block_size, 2, " (K entries make one gist)")
     _positive("mc.recent_tokens", mc.recent_tokens, 2, " (the shared tail must hold a next-token prediction)")
     _positive("mc.n_random_variants", mc.n_random_variants, 1, " (pairs need two variants)")
+    _positive("mc.guided_variants", mc.guided_variants, 0, " (0 = random variants only)")
+    if isinstance(mc.focus_loss_weight, bool) or not isinstance(mc.focus_loss_weight, (int, float)) \
+            or not 0.0 <= mc.focus_loss_weight < 1e3:
+        _fail("mc.focus_loss_weight", mc.focus_loss_weight, "expected a number >= 0 (0 = off)")
+    if mc.guided_variants > mc.n_random_variants:
+        _fail("mc.guided_variants", mc.guided_variants, f"expected <= mc.n_random_variants ({mc.n_random_variants}): "
+              "guided variants replace random ones")
     top = mc.block_size ** mc.max_lod
     if mc.history_tokens % top:
         _fail("mc.history_tokens", mc.history_tokens, f"must be a multiple of block_size**max_lod = {top}")
@@ -84,6 +92,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         if not isinstance(v, (int, float)) or not 0.0 <= v < 1.0:
             _fail(f"allocator.{k}", v, "expected a number in [0, 1) (scores are tanh outputs)")
     _choice("allocator.policy", al.policy, ALLOCATOR_POLICIES)
+    _positive("allocator.expand_top", al.expand_top, 0, " (0 = expand_z alone decides)")
     for k in ("expand_z", "trade_margin_z"):
         v = getattr(al, k)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v < 100.0:
@@ -115,6 +124,16 @@ def validate(cfg: RunConfig) -> RunConfig:
     for k in ("doc_tokens", "n_records", "key_len", "value_len"):
         _positive(f"data.recall.{k}", getattr(r, k))
     _unit_interval("data.recall.records_region", r.records_region, closed=False)
+    _positive("data.recall.stage1_min_tokens", r.stage1_min_tokens, 0, " (0 = full-length stage-1 recall rows)")
+    if r.stage1_min_tokens:
+        if r.stage1_min_tokens > cfg.model.max_seq_len:
+            _fail("data.recall.stage1_min_tokens", r.stage1_min_tokens,
+                  f"expected <= model.max_seq_len ({cfg.model.max_seq_len}), the stage-1 row length")
+        from mc.data.recall import check_recall_config  # noqa: PLC0415 (mc.data imports mc.config)
+        try:
+            check_recall_config(dataclasses.replace(r, doc_tokens=r.stage1_min_tokens))
+        except ValueError as e:
+            _fail("data.recall.stage1_min_tokens", r.stage1_min_tokens, f"the shortest document cannot hold the task: {e}")
 
     t = cfg.train
     _choice("train.device", t.device, DEVICES)

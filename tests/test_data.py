@@ -242,3 +242,41 @@ def test_recall_source_and_stage2_sampler():
     va = make_source(dataclasses.replace(cfg, source="recall"), "val")
     assert not torch.equal(tr.doc(0).ids, va.doc(0).ids) and torch.equal(va.doc(0).ids, va.doc(0).ids)
     assert tr.sample_batch(2, 512, torch.Generator().manual_seed(0)).shape == (2, 512)
+
+
+def test_shifted_recall_rows_put_the_query_at_varied_positions():
+    """Stage 1's shifted rows (recall.stage1_min_tokens): a document of a seeded length L in
+    [min, T], its query and answer ending at L, then filler; spans point at the right tokens."""
+    cfg = dataclasses.replace(SMALL, n_records=2, doc_tokens=256)
+    rb = recall_batch(cfg, list(range(24)), min_tokens=96)
+    assert rb.ids.shape == (24, 256)
+    ends = set()
+    for r, d in enumerate(rb.docs):
+        end = rb.answer_end[r].item()
+        ends.add(end)
+        assert 96 <= end <= 256 and rb.ids[r, 0] == BOS_ID and torch.equal(rb.ids[r], d.ids)
+        assert decode(rb.ids[r, rb.answer_start[r]:end]) == d.answer
+        assert decode(rb.ids[r, d.query_start:rb.answer_start[r]]) == f"{d.keys[d.answer_record]}="
+        assert decode(rb.ids[r, rb.record_start[r]:rb.record_end[r]]) == f"{d.keys[d.answer_record]}={d.answer}"
+        assert decode(rb.ids[r]).count(d.answer) == 2  # the filler after the answer holds no digits
+    assert len(ends) >= 12, "the query end varies from row to row"
+    again = recall_batch(cfg, list(range(24)), min_tokens=96)
+    assert torch.equal(rb.ids, again.ids)  # seeded
+
+
+def test_stage1_sampler_alone_shifts_recall_rows_and_bad_minimum_is_refused():
+    from mc.config import ConfigError
+    from mc.config_loading import load_config
+    from mc.train.common import make_sampler
+    cfg = load_config(["preset=smoke", "train.device=cpu", "data.recall.stage1_min_tokens=40"])
+    t = cfg.model.max_seq_len
+    g = lambda: torch.Generator().manual_seed(3)  # noqa: E731
+    s1 = make_sampler(cfg, "train", t, max_files=10, stage1=True).sample(16, t, g())
+    s2 = make_sampler(cfg, "train", t, max_files=10).sample(16, t, g())
+    ends1 = {int(e) for e, r in zip(s1.answer_end, s1.is_recall) if r}
+    ends2 = {int(e) for e, r in zip(s2.answer_end, s2.is_recall) if r}
+    assert ends2 == {t} and len(ends1) > 1
+    with pytest.raises(ConfigError, match="stage1_min_tokens"):
+        load_config(["preset=smoke", f"data.recall.stage1_min_tokens={t + 1}"])
+    with pytest.raises(ConfigError, match="stage1_min_tokens.*cannot hold"):
+        load_config(["preset=smoke", "data.recall.stage1_min_tokens=4"])

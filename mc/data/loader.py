@@ -123,9 +123,10 @@ def _recall_seed(split: str, k: int) -> int:
 class RecallSource:
     """Generated recall documents; document ``k`` of a split is fixed (see :meth:`doc`)."""
 
-    def __init__(self, cfg: RecallConfig, split: str, tokenizer=None):
+    def __init__(self, cfg: RecallConfig, split: str, tokenizer=None, *, shifted_min: int = 0):
         check_split(split)
         self.cfg = cfg
+        self.shifted_min = shifted_min  # > 0: rows are shifted documents (stage 1, recall.stage1_min_tokens)
         self.tokenizer = tokenizer  # None = bytes; else e.g. the model=hf tokenizer (mc.data.hf_tokenizer)
         self.split = split
         self.name = "recall"
@@ -134,7 +135,7 @@ class RecallSource:
     def shard(self, rank: int, world: int) -> "RecallSource":
         """A copy drawing only the documents ``k * world + rank``: disjoint across ranks."""
         _check_shard(rank, world)
-        out = RecallSource(self.cfg, self.split, self.tokenizer)
+        out = RecallSource(self.cfg, self.split, self.tokenizer, shifted_min=self.shifted_min)
         out.rank, out.world = rank, world
         return out
 
@@ -147,13 +148,14 @@ class RecallSource:
         _check_shape(batch_size, seq_len)
         ks = torch.randint(0, 2**31 - 1, (batch_size,), generator=generator).tolist()
         cfg = dataclasses.replace(self.cfg, doc_tokens=seq_len)
-        return recall_batch(cfg, [_recall_seed(self.split, k * self.world + self.rank) for k in ks], self.tokenizer)
+        return recall_batch(cfg, [_recall_seed(self.split, k * self.world + self.rank) for k in ks], self.tokenizer,
+                            min_tokens=min(self.shifted_min, seq_len))
 
     def sample_batch(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None) -> Tensor:
         return self.sample_docs(batch_size, seq_len, generator).ids
 
     def fingerprint(self) -> dict:
-        return {"source": "recall", "split": self.split, **dataclasses.asdict(self.cfg)}
+        return {"source": "recall", "split": self.split, **dataclasses.asdict(self.cfg), "shifted_min": self.shifted_min}
 
 
 def make_source(cfg: DataConfig, split: str, *, max_files: int | None = None, tokenizer=None):
@@ -204,12 +206,13 @@ class Stage2Sampler:
     left over, so the expected share is exactly ``recall_mix`` even for B = 1 or 2.
     """
 
-    def __init__(self, corpus, recall_cfg: RecallConfig, recall_mix: float, split: str, tokenizer=None):
+    def __init__(self, corpus, recall_cfg: RecallConfig, recall_mix: float, split: str, tokenizer=None, *,
+                 shifted_min: int = 0):
         if not 0.0 <= recall_mix <= 1.0:
             raise ValueError(f"recall_mix={recall_mix!r} is invalid: expected a number in [0, 1]")
         check_split(split)
         self.corpus = corpus
-        self.recall = RecallSource(recall_cfg, split, tokenizer)
+        self.recall = RecallSource(recall_cfg, split, tokenizer, shifted_min=shifted_min)
         self.recall_mix = float(recall_mix)
 
     def shard(self, rank: int, world: int) -> "Stage2Sampler":

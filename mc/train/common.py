@@ -46,17 +46,20 @@ def fit_recall(recall: RecallConfig, seq_len: int) -> RecallConfig:
             cfg = dataclasses.replace(cfg, n_records=cfg.n_records - 1)
 
 
-def make_sampler(cfg: RunConfig, split: str, seq_len: int, *, max_files: int | None = None) -> Stage2Sampler:
+def make_sampler(cfg: RunConfig, split: str, seq_len: int, *, max_files: int | None = None,
+                 stage1: bool = False) -> Stage2Sampler:
     """Corpus windows mixed with recall documents (share ``data.recall_mix``), all ``seq_len`` long.
 
     ``data.source=recall`` gives recall documents only. ``max_files`` caps the stdlib corpus (tests).
+    ``stage1``: recall rows are shifted documents when ``data.recall.stage1_min_tokens`` > 0.
     """
     recall = fit_recall(cfg.data.recall, seq_len)
     tok = tokenizer_for(cfg.model)  # bytes, or the model=hf base's own tokenizer
+    shifted = cfg.data.recall.stage1_min_tokens if stage1 else 0
     if cfg.data.source == "recall":
-        return Stage2Sampler(None, recall, 1.0, split, tok)
+        return Stage2Sampler(None, recall, 1.0, split, tok, shifted_min=shifted)
     return Stage2Sampler(make_source(cfg.data, split, max_files=max_files, tokenizer=tok), recall, cfg.data.recall_mix,
-                         split, tok)
+                         split, tok, shifted_min=shifted)
 
 
 class MetricsLog:
@@ -127,13 +130,13 @@ def resume_into(saved: dict | None, net: Any, key: str, optimizer: torch.optim.O
 
 
 def loop_io(cfg: RunConfig, out_dir: Path, seq_len: int, saved: dict | None, step: int, *,
-            max_files: int | None, metrics_log: Callable[..., Any] = MetricsLog,
+            max_files: int | None, metrics_log: Callable[..., Any] = MetricsLog, stage1: bool = False,
             ) -> tuple[Stage2Sampler, Stage2Sampler, MetricsLog, dict[str, Any]]:
     """Train and val samplers of ``seq_len`` tokens, the metrics log (cut back to ``step`` on a
     resume; ``metrics_log`` makes it: under torchrun rank 0's log, a no-op on the other ranks) and
     the summary dict (the checkpoint's on a resume, so a finished run reports it all)."""
-    train_data = make_sampler(cfg, "train", seq_len, max_files=max_files)
-    val_data = make_sampler(cfg, "val", seq_len, max_files=max_files)
+    train_data = make_sampler(cfg, "train", seq_len, max_files=max_files, stage1=stage1)
+    val_data = make_sampler(cfg, "val", seq_len, max_files=max_files, stage1=stage1)
     metrics = metrics_log(out_dir / "metrics.jsonl", resume_step=step if saved is not None else None,
                           tensorboard_dir=out_dir / "tb" if cfg.train.tensorboard else None)
     summary: dict[str, Any] = dict(saved.get("summary") or {}) if saved is not None else {}

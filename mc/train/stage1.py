@@ -101,7 +101,7 @@ def train_stage1(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
         dist.restore_rng(saved, gen, seed=cfg.train.seed)
     net = dist.wrap(model)  # DDP under torchrun (broadcasts rank 0's weights), else the model itself
     train_data, val_data, metrics, summary = loop_io(cfg, out, cfg.model.max_seq_len, saved, step, max_files=max_files,
-                                                     metrics_log=dist.metrics_log)
+                                                     metrics_log=dist.metrics_log, stage1=True)
     train_data = dist.shard(train_data)  # this rank's disjoint share of the training documents
 
     def checkpoint() -> None:  # a collective under torchrun (every rank's RNG state); rank 0 writes
