@@ -21,6 +21,7 @@ already cloned. See obsidian "Compiled boundary".
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -33,7 +34,7 @@ from mc.inputs import finite_logits, token_batch, token_ids
 from mc.nets.gistnet import GistNet
 from mc.nets.gpt import GPT
 from mc.nets.lensnet import LensNet
-from mc.nets.losses import PreferenceResult, preference_loss, shared_tail_loss
+from mc.nets.losses import PreferenceResult, focus_loss, preference_loss, shared_tail_loss
 from mc.nets.positional import lod_rotary_cos_sin
 from mc.positions import base_positions
 from mc.session import InferenceSession, RefocusRecord
@@ -145,17 +146,21 @@ class MCController:
 
     # ------------------------------------------------------------------ training
 
-    def prepare_step(self, ids_bt: Tensor, generator: torch.Generator) -> StepPlan:
+    def prepare_step(self, ids_bt: Tensor, generator: torch.Generator,
+                     focus_spans: Sequence[tuple[int, int] | None] | None = None) -> StepPlan:
         """Host half of a micro-step (variants, gather tables, LOD maps; CPU, pinned for CUDA). No
-        device work: :mod:`mc.train.prefetch` runs it for the next micro-step while this one runs."""
+        device work: :mod:`mc.train.prefetch` runs it for the next micro-step while this one runs.
+        ``focus_spans``: per sequence the queried record's span or None (``mc.guided_variants``)."""
         ids_bt = token_batch(ids_bt, self.cfg.model.vocab_size, self.cfg.mc.history_tokens)  # [B, T] ints in the vocabulary
-        return plan_micro_step(ids_bt, self.cfg.mc, self.train_bucket, generator, pin=self.device.type == "cuda")
+        return plan_micro_step(ids_bt, self.cfg.mc, self.train_bucket, generator, pin=self.device.type == "cuda",
+                               focus_spans=focus_spans)
 
-    def train_step(self, ids_bt: Tensor, generator: torch.Generator) -> TrainStepOutput:
-        """One stage-2 micro-step forward, ``run_step(prepare_step(ids_bt, generator))``: variants ->
-        base-model losses -> LensNet preference loss. The caller runs ``out.total.backward()`` and
-        then :meth:`end_micro_step`."""
-        return self.run_step(self.prepare_step(ids_bt, generator))
+    def train_step(self, ids_bt: Tensor, generator: torch.Generator,
+                   focus_spans: Sequence[tuple[int, int] | None] | None = None) -> TrainStepOutput:
+        """One stage-2 micro-step forward, ``run_step(prepare_step(ids_bt, generator, focus_spans))``:
+        variants -> base-model losses -> LensNet preference loss. The caller runs ``out.total.backward()``
+        and then :meth:`end_micro_step`."""
+        return self.run_step(self.prepare_step(ids_bt, generator, focus_spans))
 
     def run_step(self, plan: StepPlan) -> TrainStepOutput:
         """Device half of a micro-step: no host-device sync (obsidian "Training")."""
@@ -177,6 +182,10 @@ class MCController:
                                block_size=mc.block_size, beta=mc.pref_beta, min_gap=mc.min_loss_gap)
         lm_loss = tail.mean()
         total = lm_loss + mc.lens_loss_weight * pref.loss
+        if mc.focus_loss_weight:  # recall rows: rank the record's gist first (obsidian LensNet, "Focus loss")
+            total = total + mc.focus_loss_weight * focus_loss(scores.view(b, v, w), mask.view(b, v, w),
+                                                              p.positions.view(b, v, w), p.lods.view(b, v, w),
+                                                              p.focus_span, block_size=mc.block_size)
         return TrainStepOutput(total=total, lm_loss=lm_loss, tail_losses=tail.detach().view(b, v),
                                preference=pref, scores=scores)
 

@@ -11,6 +11,7 @@ never waits on the host. See obsidian "Training" (host/device split).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -31,6 +32,7 @@ class StepPlan:
     token_ids: Tensor  # [R, W] long: id of each LOD0 entry, PAD_ID for gists and padding
     lengths: Tensor  # [R] long: real entries per row
     lod_map: Tensor  # [B, V, T] long: LOD of the entry covering each token
+    focus_span: Tensor  # [B, 2] long: the queried record's token span, -1 -1 on corpus rows (focus loss)
     batch: int  # B
     variants: int  # V (variant 0 = the recency baseline)
 
@@ -47,11 +49,12 @@ class StepPlan:
 
 
 def plan_micro_step(ids_bt: Tensor, mc: MCConfig, bucket: int, generator: torch.Generator, *,
-                    pin: bool = False) -> StepPlan:
+                    pin: bool = False, focus_spans: Sequence[tuple[int, int] | None] | None = None) -> StepPlan:
     """Sample ``1 + mc.n_random_variants`` working contexts per sequence of ``ids_bt [B, T]`` (CPU)
     and build their tables. Draws from ``generator`` exactly as the variant sampler does, in
     sequence order, so a plan made ahead of time equals one made on the spot. ``pin``: page-lock
-    the result (for a CUDA device)."""
+    the result (for a CUDA device). ``focus_spans``: per sequence, the queried record's token span
+    (None on corpus rows), for ``mc.guided_variants`` (:func:`mc.variants.sample_variants`)."""
     ids_bt = torch.as_tensor(ids_bt)
     if ids_bt.dim() != 2:
         raise ValueError(f"train_step: ids must be [B, T], got shape {tuple(ids_bt.shape)}")
@@ -60,13 +63,18 @@ def plan_micro_step(ids_bt: Tensor, mc: MCConfig, bucket: int, generator: torch.
         raise ValueError(f"train_step: sequences have {t} tokens, the config trains on mc.history_tokens="
                          f"{mc.history_tokens}")
     ids_bt = ids_bt.to("cpu", torch.long)  # the host half works on the host (a device tensor costs one sync here)
+    if focus_spans is not None and len(focus_spans) != b:
+        raise ValueError(f"train_step: {len(focus_spans)} focus spans for {b} sequences")
     wcs = []
-    for _ in range(b):
+    for r in range(b):
         wcs += sample_variants(t, block_size=mc.block_size, max_lod=mc.max_lod, max_entries=mc.max_entries,
-                               recent_tokens=mc.recent_tokens, n_random=mc.n_random_variants, generator=generator)
+                               recent_tokens=mc.recent_tokens, n_random=mc.n_random_variants, generator=generator,
+                               focus_span=None if focus_spans is None else focus_spans[r], n_guided=mc.guided_variants)
     v = len(wcs) // b
     tab = gather_tables(wcs, batch=b, tokens=t, max_lod=mc.max_lod, bucket=bucket)
     plan = StepPlan(ids=ids_bt, index=tab["index"], lods=tab["lods"], positions=tab["positions"],
                     token_ids=token_ids_of(ids_bt, tab["token_index"], v), lengths=tab["lengths"],
-                    lod_map=tab["lod_map"].view(b, v, t), batch=b, variants=v)
+                    lod_map=tab["lod_map"].view(b, v, t), batch=b, variants=v,
+                    focus_span=torch.tensor([list(sp) if sp is not None else [-1, -1]
+                                             for sp in (focus_spans or [None] * b)], dtype=torch.long).view(b, 2))
     return plan.pinned() if pin else plan

@@ -97,3 +97,57 @@ def test_training_signal_covers_every_level():
            if mask[0, j, i] and scores.grad[0, j, i].abs() > 0 and lods[0, j, i] > 0}
     present = {int(l) for l in lods[mask].tolist() if l > 0}
     assert got == present and len(present) >= 2, (got, present)
+
+
+@settings(max_examples=30, deadline=None)
+@given(geo=geometries(), seed=st.integers(0, 2**31 - 1), frac=st.floats(0.0, 0.95), n_guided=st.integers(0, 3))
+def test_guided_variants_bring_the_focus_span_to_lod0_and_stay_valid(geo, seed, frac, n_guided):
+    n, p = geo
+    if n < 1:
+        return  # an empty history has no span to focus
+    start = int(frac * max(1, n - p["recent_tokens"] - 1))
+    span = (start, min(n, start + 3))
+    vs = sample_variants(n, n_random=3, generator=torch.Generator().manual_seed(seed), focus_span=span,
+                         n_guided=n_guided, **p)
+    again = sample_variants(n, n_random=3, generator=torch.Generator().manual_seed(seed), focus_span=span,
+                            n_guided=n_guided, **p)
+    assert vs == again and len(vs) == 4
+    coarse = WorkingContext.build(n, fill=False, **p)
+    path = sum(1 for i in range(len(coarse)) if coarse.span(i)[0] < span[1] and span[0] < coarse.span(i)[1])
+    for k, v in enumerate(vs):
+        check_invariants(v)
+        assert len(v) == len(vs[0])
+        # the first guided variant holds the span at LOD0 whenever the budget leaves room for the path
+        room = (len(vs[0]) - len(coarse)) // (p["block_size"] - 1)
+        if k == 1 and n_guided >= 1 and room >= p["max_lod"] * path + p["max_lod"]:
+            assert v.lod_map()[span[0]:span[1]].eq(0).all(), (k, span)
+
+
+def test_guided_variants_need_a_span_and_a_valid_one():
+    p = dict(block_size=4, max_lod=3, max_entries=60, recent_tokens=8)
+    g = torch.Generator().manual_seed(0)
+    plain = sample_variants(512, n_random=3, generator=torch.Generator().manual_seed(0), **p)
+    assert sample_variants(512, n_random=3, generator=g, n_guided=2, **p) == plain  # no span: all random
+    for bad in ((5, 5), (-1, 3), (500, 600)):
+        with pytest.raises(ValueError, match="focus_span"):
+            sample_variants(512, n_random=3, generator=g, focus_span=bad, n_guided=1, **p)
+    with pytest.raises(ValueError, match="n_guided"):
+        sample_variants(512, n_random=3, generator=g, focus_span=(3, 9), n_guided=-1, **p)
+    # random variants at 512 tokens almost never reach LOD0 over one record; the guided ones always do
+    span = (100, 108)
+    hits = [sum(bool(v.lod_map()[span[0]:span[1]].eq(0).all()) for v in
+                sample_variants(512, n_random=3, generator=g, focus_span=span, n_guided=1, **p)[1:])
+            for _ in range(20)]
+    assert all(h >= 1 for h in hits)
+
+
+def test_further_guided_variants_stop_at_intermediate_levels():
+    """The path's intermediate gists must be entries of some variants, or LensNet never learns to
+    rank them: over a few draws the later guided variants hold the span at every level above LOD0."""
+    p = dict(block_size=4, max_lod=3, max_entries=60, recent_tokens=8)
+    g, span, seen = torch.Generator().manual_seed(1), (100, 104), set()
+    for _ in range(12):
+        vs = sample_variants(512, n_random=4, generator=g, focus_span=span, n_guided=3, **p)
+        assert vs[1].lod_map()[span[0]:span[1]].eq(0).all()  # the first guided variant: all the way down
+        seen |= {int(v.lod_map()[span[0]:span[1]].max()) for v in vs[2:4]}
+    assert {0, 1, 2} <= seen, seen
