@@ -1,8 +1,10 @@
 """Stage-2 objectives: shared-tail loss and the vectorised preference loss."""
+import pytest
 import torch
 import torch.nn.functional as F
 
-from mc.nets.losses import entry_spans, pair_indices, preference_loss, shared_tail_loss, tail_loss_mask
+from mc.nets.losses import (FOCUS_SCALE, entry_spans, focus_loss, pair_indices, preference_loss, shared_tail_loss,
+                             tail_loss_mask)
 
 
 def test_tail_mask_marks_only_shared_targets():
@@ -89,3 +91,31 @@ def test_pairs_and_batching_are_consistent():
                           lods.repeat(2, 1, 1), lod_map.repeat(2, 1, 1), torch.tensor([[1.0, 2.0]] * 2),
                           block_size=2, beta=4.0, min_gap=0.0)
     assert torch.allclose(one.loss, two.loss)
+
+
+def test_focus_loss_ranks_the_gist_over_the_span_first_and_ignores_corpus_rows():
+    """K=4: entries [LOD1 0-3][LOD1 4-7][LOD1 8-11][LOD0 12][LOD0 13][pad]; the record at tokens 5..6."""
+    k = 4
+    pos = torch.tensor([[[1.5, 5.5, 9.5, 12.0, 13.0, 0.0]]])
+    lods = torch.tensor([[[1, 1, 1, 0, 0, 0]]])
+    mask = torch.tensor([[[True, True, True, True, True, False]]])
+    span = torch.tensor([[5, 7]])
+    scores = torch.zeros(1, 1, 6, requires_grad=True)
+    loss = focus_loss(scores, mask, pos, lods, span, block_size=k)
+    assert abs(float(loss.detach()) - torch.log(torch.tensor(3.0))) < 1e-6  # uniform over 3 gists, 1 target
+    loss.backward()
+    g = scores.grad[0, 0]
+    assert g[1] < 0 and g[0] > 0 and g[2] > 0  # descent raises the record's gist, lowers the other gists
+    assert g[3] == 0 and g[4] == 0 and g[5] == 0  # tokens and padding are not ranked
+    best = torch.tensor([[[-1.0, 1.0, -1.0, 0.0, 0.0, 0.0]]])
+    assert float(focus_loss(best, mask, pos, lods, span, block_size=k)) < 2 * torch.exp(torch.tensor(-2 * FOCUS_SCALE))
+    corpus = torch.tensor([[-1, -1]])
+    s2 = torch.zeros(1, 1, 6, requires_grad=True)
+    out = focus_loss(s2, mask, pos, lods, corpus, block_size=k)
+    assert float(out.detach()) == 0.0
+    out.backward()
+    assert (s2.grad == 0).all()
+    # the record at LOD0 (no gist over it): nothing to rank either
+    assert float(focus_loss(scores, mask, pos, lods, torch.tensor([[12, 14]]), block_size=k)) == 0.0
+    with pytest.raises(ValueError, match="span"):
+        focus_loss(scores, mask, pos, lods, torch.tensor([5, 7]), block_size=k)

@@ -144,3 +144,33 @@ def preference_loss(
         active_entries=n_active,
         active_pairs=valid.sum().to(torch.float32),
     )
+
+
+FOCUS_SCALE = 5.0  # tanh scores (-1, 1) -> softmax logits (-5, 5): a winner can take ~all the mass among ~100 gists
+
+
+def focus_loss(scores_bvw: Tensor, mask_bvw: Tensor, positions_bvw: Tensor, lods_bvw: Tensor, span_b2: Tensor, *,
+               block_size: int) -> Tensor:
+    """Cross-entropy that makes LensNet rank the gist(s) over a known span first among the gists.
+
+    ``span_b2 [B, 2]`` is the queried record's token span per sequence (``-1, -1`` for corpus rows).
+    For every variant whose layout holds part of the span under a gist, the softmax over its gists
+    of ``FOCUS_SCALE * score`` should put its mass on the gists overlapping the span (all of them
+    together: a record across two blocks has two). Rows without such a gist carry no loss. Why next
+    to the preference loss: the preference targets say *whether* an entry should be finer, entry by
+    entry, so every entry that usually helps (recent gists, the record's gist) saturates at +1 and
+    the allocator cannot tell them apart; this loss asks for a ranking, which is what the relative
+    allocator reads (obsidian LensNet, "Focus loss"). Returns a 0-d tensor (0 when nothing applies)."""
+    b, v, w = scores_bvw.shape
+    if span_b2.shape != (b, 2):
+        raise ValueError(f"focus_loss: span has shape {tuple(span_b2.shape)}, expected {(b, 2)}")
+    start, width = entry_spans(positions_bvw, lods_bvw, block_size)
+    s0, s1 = span_b2[:, 0].view(b, 1, 1), span_b2[:, 1].view(b, 1, 1)
+    gist = mask_bvw & (lods_bvw > 0)
+    over = gist & (start < s1) & (s0 < start + width) & (s0 >= 0)  # [B, V, W] the gists over the record
+    logits = FOCUS_SCALE * scores_bvw
+    neg_inf = torch.finfo(logits.dtype).min
+    lse_all = torch.logsumexp(logits.masked_fill(~gist, neg_inf), dim=-1)  # [B, V]
+    lse_tgt = torch.logsumexp(logits.masked_fill(~over, neg_inf), dim=-1)
+    rows = over.any(-1).to(logits.dtype)  # [B, V]
+    return ((lse_all - lse_tgt) * rows).sum() / rows.sum().clamp_min(1.0)
