@@ -13,7 +13,9 @@ standardised against its own kind, ``z = (x - median(x)) / std(x)``: gists (expa
 candidates) against the working context's gists, sibling groups (what a trade would collapse, by
 their mean score) against the legal groups. Comparing the two kinds on one raw axis would let a
 per-kind prior decide (LOD0 entries near the query score higher on average than any gist). Only
-expansions are wanted: a gist is a candidate when ``z_gist >= expand_z``; candidates are taken
+expansions are wanted: a gist is a candidate when ``z_gist >= expand_z`` (or when it is among the
+``expand_top`` highest and ``z_gist > 0``: a detailed child that ranks first in a flat field of
+gists, what multi-level refocus needs); candidates are taken
 strongest first; room comes from the free budget, else from a *trade* with the cheapest group when
 ``z_gist - z_group >= trade_margin_z``. Nothing is collapsed for its own sake: "less useful than
 the rest" is not "useless", and room is only worth making for an expansion. Scores that do not
@@ -183,7 +185,9 @@ class FocusAllocator:
         cheapest group when ``z_gist - z_group >= trade_margin_z``."""
         K, cfg = wc.block_size, self.cfg
         z_gist, groups = self.relative_view(wc, s)
-        cands = sorted((-z, i) for i, z in z_gist.items() if z >= cfg.expand_z and not self.expand_blocked(wc[i]))
+        open_ = {i: z for i, z in z_gist.items() if not self.expand_blocked(wc[i])}
+        top = sorted(open_, key=lambda i: (-open_[i], i))[: cfg.expand_top]  # the leaders, however flat the field
+        cands = sorted((-z, i) for i, z in open_.items() if z >= cfg.expand_z or (i in top and z > 0))
         free = wc.max_entries - len(wc)
         used: set[int] = set()
         collapses: list[Edit] = []

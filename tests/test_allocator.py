@@ -69,7 +69,12 @@ def check_selection(wc, edits, scores, cfg, max_edits, shadow, alloc):
         assert wc[e.index] == e.entry
         if e.kind == "expand":
             lod, _ = e.entry
-            assert lod > 0 and (z_gist[e.index] if relative else scores[e.index]) >= exp_t - 1e-9
+            if relative and cfg.expand_top:  # below expand_z only as one of the expand_top leaders, with z > 0
+                open_z = sorted((z for i, z in z_gist.items() if not shadow.blocks_expand(wc[i])), reverse=True)
+                leader = z_gist[e.index] > 0 and z_gist[e.index] >= open_z[min(cfg.expand_top, len(open_z)) - 1] - 1e-9
+                assert lod > 0 and (z_gist[e.index] >= exp_t - 1e-9 or leader)
+            else:
+                assert lod > 0 and (z_gist[e.index] if relative else scores[e.index]) >= exp_t - 1e-9
             assert not shadow.blocks_expand(e.entry), "expand undoes a cooling collapse"
             span = {e.index}
         else:
@@ -94,10 +99,10 @@ def check_selection(wc, edits, scores, cfg, max_edits, shadow, alloc):
 @settings(max_examples=50, deadline=None)
 @given(wc=random_wc(), exp_t=st.floats(0, 0.9), col_t=st.floats(0, 0.9), cooldown=st.integers(0, 3),
        max_edits=st.integers(0, 8), seed=st.integers(0, 10**6), as_tensor=st.booleans(), pad=st.integers(0, 3),
-       policy=st.sampled_from(["relative", "absolute"]))
-def test_any_scores_give_only_legal_edits(wc, exp_t, col_t, cooldown, max_edits, seed, as_tensor, pad, policy):
+       policy=st.sampled_from(["relative", "absolute"]), top=st.integers(0, 2))
+def test_any_scores_give_only_legal_edits(wc, exp_t, col_t, cooldown, max_edits, seed, as_tensor, pad, policy, top):
     cfg = AllocatorConfig(policy=policy, expand_threshold=exp_t, collapse_threshold=col_t, expand_z=2 * exp_t,
-                          trade_margin_z=2 * col_t, cooldown=cooldown)
+                          trade_margin_z=2 * col_t, cooldown=cooldown, expand_top=top)
     alloc = FocusAllocator(cfg)
     shadow = Shadow(cooldown)
     g = torch.Generator().manual_seed(seed)
@@ -334,3 +339,22 @@ def test_relative_trade_margin_and_no_collapse_for_its_own_sake():
     strict = FocusAllocator(AllocatorConfig(policy="relative", expand_z=1.0, trade_margin_z=3.0, cooldown=2))
     assert strict.select(full, z_near, max_edits=4) == []
     assert len(alloc.select(full, z_near, max_edits=4)) == 2  # within the default margin: a trade
+
+
+def test_expand_top_zooms_the_leader_of_a_flat_field_and_constant_scores_still_do_nothing():
+    """Multi-level refocus (obsidian Focus Allocator, expand_top): after an expansion the needle's
+    child leads a field of similar gists with a small z; expand_z alone leaves it, expand_top=1 zooms it."""
+    wc, _ = tiny(max_entries=40)  # room to spare: no trade needed
+    gists = [i for i, (lod, _) in enumerate(wc.entries) if lod > 0]
+    scores = [0.9] * len(wc)
+    for i in gists[: len(gists) // 3]:
+        scores[i] = -1.0  # a block of gists LensNet rules out
+    leader = gists[-1]
+    scores[leader] = 0.96
+    z = dict(zip(gists, standardize([scores[i] for i in gists])))
+    assert 0 < z[leader] < 1.0  # ranks first, yet under expand_z
+    plain = FocusAllocator(AllocatorConfig(policy="relative", expand_z=1.0, cooldown=2))
+    top = FocusAllocator(AllocatorConfig(policy="relative", expand_z=1.0, cooldown=2, expand_top=1))
+    assert plain.select(wc, scores, max_edits=2) == []
+    assert [(e.kind, e.index) for e in top.select(wc, scores, max_edits=2)] == [("expand", leader)]
+    assert top.select(wc, [0.3] * len(wc), max_edits=2) == []  # constant scores: z = 0, no edit
