@@ -172,6 +172,9 @@ class RecallConfig:
     # filler, so the query (and the records) sit at varied absolute positions; 0 = full-length documents only.
     # Stage 2 and evaluation always use full-length documents (the answer is the row's last tokens).
     stage1_min_tokens: int = 0
+    # Stage 2 only: > 0 replaces records_region for stage 2's recall documents (e.g. records anywhere in a long
+    # history, so LensNet cannot learn where records usually are); 0 = records_region. Stage 1 and evaluation keep it.
+    stage2_records_region: float = 0.0
 
 
 @dataclass

@@ -18,7 +18,7 @@ def test_hydra_default_and_override():
     assert cfg.compile.lensnet.train == "off"
 
 
-@pytest.mark.parametrize("preset", ["smoke", "cpu", "h100"])
+@pytest.mark.parametrize("preset", ["smoke", "cpu", "long", "h100"])
 def test_presets_resolve(preset):
     cfg = load_config([f"preset={preset}"])
     assert cfg.preset == preset
@@ -33,6 +33,10 @@ def test_presets_resolve(preset):
         ("mc.block_size=1", "mc.block_size"),
         ("mc.recent_tokens=100000", "mc.recent_tokens"),
         ("mc.bucket_ladder=[8,4]", "mc.bucket_ladder"),
+        ("mc.guided_variants=99", "mc.guided_variants"),
+        ("mc.guided_variants=-1", "mc.guided_variants"),
+        ("allocator.expand_top=-1", "allocator.expand_top"),
+        ("data.recall.stage1_min_tokens=-3", "data.recall.stage1_min_tokens"),
         ("allocator.expand_threshold=1.5", "allocator.expand_threshold"),
         ("compile.warmup_iters=2", "compile.warmup_iters"),
         ("data.source=web", "data.source"),

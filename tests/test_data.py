@@ -280,3 +280,18 @@ def test_stage1_sampler_alone_shifts_recall_rows_and_bad_minimum_is_refused():
         load_config(["preset=smoke", f"data.recall.stage1_min_tokens={t + 1}"])
     with pytest.raises(ConfigError, match="stage1_min_tokens.*cannot hold"):
         load_config(["preset=smoke", "data.recall.stage1_min_tokens=4"])
+
+
+def test_stage2_records_region_moves_stage2_records_only():
+    from mc.config import ConfigError
+    from mc.config_loading import load_config
+    from mc.train.common import make_sampler
+    cfg = load_config(["preset=smoke", "train.device=cpu", "data.source=recall", "data.recall.records_region=0.2",
+                       "data.recall.stage2_records_region=0.9"])
+    t = cfg.mc.history_tokens
+    s2 = make_sampler(cfg, "train", t).sample(32, t, torch.Generator().manual_seed(0))
+    s1 = make_sampler(cfg, "train", t, stage1=True).sample(32, t, torch.Generator().manual_seed(0))
+    assert int(s1.record_end.max()) <= int(0.2 * t)
+    assert int(s2.record_start.max()) > int(0.2 * t)  # some stage-2 records sit past the stage-1 region
+    with pytest.raises(ConfigError, match="stage2_records_region"):
+        load_config(["preset=smoke", "data.recall.stage2_records_region=1.5"])

@@ -67,6 +67,28 @@ def test_stage2_gradient_reaches_every_aux_param_and_not_frozen_base():
     assert all(not p.requires_grad for p in ctrl.base.parameters())
 
 
+def test_focus_loss_and_guided_variants_reach_lensnet_through_train_step():
+    """The long preset's stage-2 additions run through the public train_step: with a record span the
+    focus loss adds to the total (and its gradient reaches LensNet); without spans it is absent."""
+    cfg = tiny_cfg()
+    cfg.mc.n_random_variants, cfg.mc.guided_variants, cfg.mc.focus_loss_weight = 3, 2, 1.0
+    ctrl = build_controller(cfg, device=torch.device("cpu"))
+    ids = torch.randint(0, 256, (2, cfg.mc.history_tokens), generator=torch.Generator().manual_seed(0))
+    spans = [(4, 10), None]
+    with_span = ctrl.train_step(ids, torch.Generator().manual_seed(1), spans)
+    without = ctrl.train_step(ids, torch.Generator().manual_seed(1), [None, None])
+    extra = float(with_span.total - with_span.lm_loss - cfg.mc.lens_loss_weight * with_span.preference.loss)
+    assert extra > 0.1  # an untrained LensNet spreads its softmax over the gists: log(#gists)-ish
+    gap = float(without.total - without.lm_loss - cfg.mc.lens_loss_weight * without.preference.loss)
+    assert abs(gap) < 1e-6
+    ctrl.zero_grad(make_optimizer(ctrl.aux_parameters(), cfg.train.stage2))
+    (with_span.total - with_span.lm_loss - cfg.mc.lens_loss_weight * with_span.preference.loss).backward()
+    assert any(_nonzero(p) for p in ctrl.lensnet.parameters())
+    ctrl.end_micro_step()
+    with pytest.raises(ValueError, match="focus spans"):
+        ctrl.train_step(ids, torch.Generator(), [(4, 10)])
+
+
 def test_stage2_unfrozen_base_gets_gradient():
     ctrl, _ = _stage2_grads(tiny_cfg(freeze_base=False))
     base_params = {id(p) for p in ctrl.base.parameters()}
