@@ -20,7 +20,9 @@ from mc.decode import DecodeStats, decoder_for  # noqa: E402
 from mc.kv_cache import first_changed  # noqa: E402
 from mc.sampling import Sampler  # noqa: E402
 
-GEOMETRIES = {"tiny": TINY + ["mc.max_lod=3"], "cpu": ["preset=cpu", "train.device=cpu", "mc.max_lod=2"]}
+GEOMETRIES = {"tiny": TINY + ["mc.max_lod=3"], "cpu": ["preset=cpu", "train.device=cpu", "mc.max_lod=2"],
+              # the long preset's position mode past the window (540 tokens, a 64-token window)
+              "tiny-entries": TINY + ["mc.max_lod=3", "mc.positions=entries"]}
 
 
 def _ctrl(overrides):
