@@ -81,7 +81,9 @@ class MCConfig:
     gist_bucket_ladder: list[int] = field(default_factory=lambda: [1, 4, 16, 64])  # blocks per GistNet call (inference)
     history_tokens: int = 2048  # stage-2 training sequence length T (multiple of K**max_lod)
     n_random_variants: int = 3  # random compressions per training sequence (plus one baseline)
-    guided_variants: int = 0  # of those, on recall sequences: the queried record's path expanded to LOD0 first
+    # Of those, on recall sequences: the queried record's path expanded first (at most n_random_variants are: a
+    # smaller n_random_variants, as the bench's quick shapes set, caps it rather than failing). 0 = random only.
+    guided_variants: int = 0
     focus_loss_weight: float = 0.0  # recall sequences: weight of the loss ranking the record's gist first (0 = off)
     lens_loss_weight: float = 1.0  # weight of the LensNet preference loss in the stage-2 total
     pref_beta: float = 2.0  # logistic sharpness of the per-entry preference loss (2: scores clear the allocator thresholds)

@@ -65,9 +65,6 @@ def validate(cfg: RunConfig) -> RunConfig:
     if isinstance(mc.focus_loss_weight, bool) or not isinstance(mc.focus_loss_weight, (int, float)) \
             or not 0.0 <= mc.focus_loss_weight < 1e3:
         _fail("mc.focus_loss_weight", mc.focus_loss_weight, "expected a number >= 0 (0 = off)")
-    if mc.guided_variants > mc.n_random_variants:
-        _fail("mc.guided_variants", mc.guided_variants, f"expected <= mc.n_random_variants ({mc.n_random_variants}): "
-              "guided variants replace random ones")
     top = mc.block_size ** mc.max_lod
     if mc.history_tokens % top:
         _fail("mc.history_tokens", mc.history_tokens, f"must be a multiple of block_size**max_lod = {top}")
@@ -133,7 +130,7 @@ def validate(cfg: RunConfig) -> RunConfig:
                   f"expected <= model.max_seq_len ({cfg.model.max_seq_len}), the stage-1 row length")
         from mc.data.recall import check_recall_config  # noqa: PLC0415 (mc.data imports mc.config)
         try:
-            check_recall_config(dataclasses.replace(r, doc_tokens=r.stage1_min_tokens))
+            check_recall_config(dataclasses.replace(r, doc_tokens=r.stage1_min_tokens, n_records=1))  # fewer fit: dropped
         except ValueError as e:
             _fail("data.recall.stage1_min_tokens", r.stage1_min_tokens, f"the shortest document cannot hold the task: {e}")
 

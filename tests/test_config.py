@@ -33,7 +33,6 @@ def test_presets_resolve(preset):
         ("mc.block_size=1", "mc.block_size"),
         ("mc.recent_tokens=100000", "mc.recent_tokens"),
         ("mc.bucket_ladder=[8,4]", "mc.bucket_ladder"),
-        ("mc.guided_variants=99", "mc.guided_variants"),
         ("mc.guided_variants=-1", "mc.guided_variants"),
         ("allocator.expand_top=-1", "allocator.expand_top"),
         ("data.recall.stage1_min_tokens=-3", "data.recall.stage1_min_tokens"),

@@ -295,3 +295,13 @@ def test_stage2_records_region_moves_stage2_records_only():
     assert int(s2.record_start.max()) > int(0.2 * t)  # some stage-2 records sit past the stage-1 region
     with pytest.raises(ConfigError, match="stage2_records_region"):
         load_config(["preset=smoke", "data.recall.stage2_records_region=1.5"])
+
+
+def test_short_shifted_documents_hold_fewer_records():
+    cfg = dataclasses.replace(SMALL, n_records=6, doc_tokens=512, records_region=0.5)
+    rb = recall_batch(cfg, list(range(40)), min_tokens=40)
+    counts = {len(d.keys) for d in rb.docs}
+    assert 1 in counts or 2 in counts, counts  # the shortest rows cannot hold six records
+    assert max(counts) == 6
+    for r, d in enumerate(rb.docs):
+        assert decode(rb.ids[r, rb.answer_start[r]:rb.answer_end[r]]) == d.answer

@@ -151,3 +151,12 @@ def test_further_guided_variants_stop_at_intermediate_levels():
         assert vs[1].lod_map()[span[0]:span[1]].eq(0).all()  # the first guided variant: all the way down
         seen |= {int(v.lod_map()[span[0]:span[1]].max()) for v in vs[2:4]}
     assert {0, 1, 2} <= seen, seen
+
+
+def test_more_guided_than_random_variants_is_capped():
+    p = dict(block_size=4, max_lod=3, max_entries=60, recent_tokens=8)
+    capped = sample_variants(512, n_random=2, generator=torch.Generator().manual_seed(0), focus_span=(100, 104),
+                             n_guided=5, **p)
+    exact = sample_variants(512, n_random=2, generator=torch.Generator().manual_seed(0), focus_span=(100, 104),
+                            n_guided=2, **p)
+    assert capped == exact and len(capped) == 3

@@ -211,7 +211,8 @@ def make_recall_doc(cfg: RecallConfig, seed: int, tokenizer=None) -> RecallDoc:
 def make_shifted_recall_doc(cfg: RecallConfig, seed: int, row_tokens: int, min_tokens: int,
                             tokenizer=None) -> RecallDoc:
     """A recall document of a seeded length ``L`` in ``[min_tokens, row_tokens]`` (records in its first
-    ``records_region``, the query and answer at its end) followed by ``row_tokens - L`` filler tokens.
+    ``records_region``, as many of ``n_records`` as fit in ``L``, at least one; the query and answer at
+    its end) followed by ``row_tokens - L`` filler tokens.
 
     Stage 1 trains on these (``recall.stage1_min_tokens``): with full-length documents alone the query
     sits at one absolute position in every row, and a small base learns the copy *at that position*
@@ -222,7 +223,14 @@ def make_shifted_recall_doc(cfg: RecallConfig, seed: int, row_tokens: int, min_t
     tokenizer = tokenizer or ByteTokenizer()
     rng = random.Random(int(seed) ^ 0x5F3759DF)  # its own stream: the document itself stays make_recall_doc(seed)
     length = rng.randint(min_tokens, row_tokens)
-    doc = make_recall_doc(dataclasses.replace(cfg, doc_tokens=length), seed, tokenizer)
+    short = dataclasses.replace(cfg, doc_tokens=length)
+    while short.n_records > 1:  # a short document holds fewer records (as fit_recall does for short rows)
+        try:
+            check_recall_config(short)
+            break
+        except ValueError:
+            short = dataclasses.replace(short, n_records=short.n_records - 1)
+    doc = make_recall_doc(short, seed, tokenizer)
     if length == row_tokens:
         return doc
     tail = torch.tensor(filler_ids(rng, row_tokens - length, tokenizer), dtype=torch.long)
