@@ -21,7 +21,6 @@ already cloned. See obsidian "Compiled boundary".
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -40,7 +39,7 @@ from mc.positions import base_positions
 from mc.session import InferenceSession, RefocusRecord
 from mc.tree import gist_levels
 from mc.gather import gather_planned
-from mc.step_plan import StepPlan, plan_micro_step
+from mc.step_plan import Spans, StepPlan, plan_micro_step
 from mc.working_context import MaterializedWC, WCBuffer, bucket_for
 
 
@@ -146,20 +145,16 @@ class MCController:
 
     # ------------------------------------------------------------------ training
 
-    def prepare_step(self, ids_bt: Tensor, generator: torch.Generator,
-                     focus_spans: Sequence[tuple[int, int] | None] | None = None) -> StepPlan:
-        """Host half of a micro-step (variants, gather tables, LOD maps; CPU, pinned for CUDA). No
-        device work: :mod:`mc.train.prefetch` runs it for the next micro-step while this one runs.
-        ``focus_spans``: per sequence the queried record's span or None (``mc.guided_variants``)."""
+    def prepare_step(self, ids_bt: Tensor, generator: torch.Generator, focus_spans: Spans = None) -> StepPlan:
+        """Host half of a micro-step (variants, gather tables, LOD maps; CPU, pinned for CUDA; no device
+        work: :mod:`mc.train.prefetch` runs it ahead). ``focus_spans``: per row the queried record's span or None."""
         ids_bt = token_batch(ids_bt, self.cfg.model.vocab_size, self.cfg.mc.history_tokens)  # [B, T] ints in the vocabulary
         return plan_micro_step(ids_bt, self.cfg.mc, self.train_bucket, generator, pin=self.device.type == "cuda",
                                focus_spans=focus_spans)
 
-    def train_step(self, ids_bt: Tensor, generator: torch.Generator,
-                   focus_spans: Sequence[tuple[int, int] | None] | None = None) -> TrainStepOutput:
-        """One stage-2 micro-step forward, ``run_step(prepare_step(ids_bt, generator, focus_spans))``:
-        variants -> base-model losses -> LensNet preference loss. The caller runs ``out.total.backward()``
-        and then :meth:`end_micro_step`."""
+    def train_step(self, ids_bt: Tensor, generator: torch.Generator, focus_spans: Spans = None) -> TrainStepOutput:
+        """One stage-2 micro-step forward, ``run_step(prepare_step(ids_bt, generator, focus_spans))``: variants ->
+        base losses -> LensNet losses. The caller runs ``out.total.backward()``, then :meth:`end_micro_step`."""
         return self.run_step(self.prepare_step(ids_bt, generator, focus_spans))
 
     def run_step(self, plan: StepPlan) -> TrainStepOutput:
@@ -183,9 +178,9 @@ class MCController:
         lm_loss = tail.mean()
         total = lm_loss + mc.lens_loss_weight * pref.loss
         if mc.focus_loss_weight:  # recall rows: rank the record's gist first (obsidian LensNet, "Focus loss")
-            total = total + mc.focus_loss_weight * focus_loss(scores.view(b, v, w), mask.view(b, v, w),
-                                                              p.positions.view(b, v, w), p.lods.view(b, v, w),
-                                                              p.focus_span, block_size=mc.block_size)
+            rank = focus_loss(scores.view(b, v, w), mask.view(b, v, w), p.positions.view(b, v, w), p.lods.view(b, v, w),
+                              p.focus_span, block_size=mc.block_size)
+            total = total + mc.focus_loss_weight * rank
         return TrainStepOutput(total=total, lm_loss=lm_loss, tail_losses=tail.detach().view(b, v),
                                preference=pref, scores=scores)
 

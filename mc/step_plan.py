@@ -20,6 +20,8 @@ from mc.config import MCConfig
 from mc.gather import gather_tables, token_ids_of
 from mc.variants import sample_variants
 
+Spans = Sequence[tuple[int, int] | None] | None  # per training row: the queried record's token span, or None
+
 
 @dataclass
 class StepPlan:
@@ -49,7 +51,7 @@ class StepPlan:
 
 
 def plan_micro_step(ids_bt: Tensor, mc: MCConfig, bucket: int, generator: torch.Generator, *,
-                    pin: bool = False, focus_spans: Sequence[tuple[int, int] | None] | None = None) -> StepPlan:
+                    pin: bool = False, focus_spans: Spans = None) -> StepPlan:
     """Sample ``1 + mc.n_random_variants`` working contexts per sequence of ``ids_bt [B, T]`` (CPU)
     and build their tables. Draws from ``generator`` exactly as the variant sampler does, in
     sequence order, so a plan made ahead of time equals one made on the spot. ``pin``: page-lock
