@@ -77,9 +77,9 @@ def test_focus_loss_and_guided_variants_reach_lensnet_through_train_step():
     spans = [(4, 10), None]
     with_span = ctrl.train_step(ids, torch.Generator().manual_seed(1), spans)
     without = ctrl.train_step(ids, torch.Generator().manual_seed(1), [None, None])
-    extra = float(with_span.total - with_span.lm_loss - cfg.mc.lens_loss_weight * with_span.preference.loss)
+    extra = float((with_span.total - with_span.lm_loss - cfg.mc.lens_loss_weight * with_span.preference.loss).detach())
     assert extra > 0.1  # an untrained LensNet spreads its softmax over the gists: log(#gists)-ish
-    gap = float(without.total - without.lm_loss - cfg.mc.lens_loss_weight * without.preference.loss)
+    gap = float((without.total - without.lm_loss - cfg.mc.lens_loss_weight * without.preference.loss).detach())
     assert abs(gap) < 1e-6
     ctrl.zero_grad(make_optimizer(ctrl.aux_parameters(), cfg.train.stage2))
     (with_span.total - with_span.lm_loss - cfg.mc.lens_loss_weight * with_span.preference.loss).backward()
