@@ -46,6 +46,7 @@ Both policies:
 """
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -186,7 +187,7 @@ class FocusAllocator:
         K, cfg = wc.block_size, self.cfg
         z_gist, groups = self.relative_view(wc, s)
         open_ = {i: z for i, z in z_gist.items() if not self.expand_blocked(wc[i])}
-        top = sorted(open_, key=lambda i: (-open_[i], i))[: cfg.expand_top]  # the leaders, however flat the field
+        top = set(heapq.nsmallest(cfg.expand_top, open_, key=lambda i: (-open_[i], i)))  # the leaders, however flat
         cands = sorted((-z, i) for i, z in open_.items() if z >= cfg.expand_z or (i in top and z > 0))
         free = wc.max_entries - len(wc)
         used: set[int] = set()

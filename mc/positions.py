@@ -66,12 +66,13 @@ def base_positions(positions: Tensor, mask: Tensor, *, mode: str, window: int, r
     cut = torch.floor((n - recent) / q) * q  # start of the exact region, moves in steps of q
     start = float(window - recent - q + 1)  # where the exact region begins: its last token can reach window - 1
     exact = pos - cut + start
-    older = pos * (start / cut.clamp(min=1.0))  # [0, cut) -> [0, start)
     if mode == "entries":
         older_mask = mask & (pos < cut)
         rank = torch.cumsum(older_mask.to(torch.float32), -1) - 1.0  # [..., W] 0, 1, 2 ... in entry order
         n_older = older_mask.sum(-1, keepdim=True).to(torch.float32)
-        older = rank * (start / n_older.clamp(min=start)).clamp(max=1.0)  # 1 apart unless they would pass start
+        older = rank * (start / n_older.clamp(min=start))  # 1 apart unless they would pass start
+    else:
+        older = pos * (start / cut.clamp(min=1.0))  # [0, cut) -> [0, start)
     mapped = torch.where(pos >= cut, exact, older)
     return torch.where(mask & (n > window), mapped, pos).to(positions.dtype)
 

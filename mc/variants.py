@@ -41,10 +41,11 @@ def _guided_expansion(coarse: WorkingContext, target: int, span: tuple[int, int]
     K = wc.block_size
     start, end = span
     while len(wc) + K - 1 <= target:
-        over = [i for i in range(len(wc)) if wc.lods()[i] > stop_lod and wc.span(i)[0] < end and start < wc.span(i)[1]]
-        if not over:
+        lods = wc.lods()
+        i = next((i for i in range(len(wc)) if lods[i] > stop_lod and wc.span(i)[0] < end and start < wc.span(i)[1]), None)
+        if i is None:
             break
-        wc.expand(over[0])  # the oldest gist over the span: every level of its path, one expansion each
+        wc.expand(i)  # the oldest gist over the span: every level of its path, one expansion each
     return _random_expansion(wc, target, generator)
 
 

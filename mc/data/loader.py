@@ -198,6 +198,12 @@ class Stage2Batch:
     record_end: Tensor    # [B]
     recall_docs: list[RecallDoc | None]
 
+    def queried_spans(self) -> list[tuple[int, int] | None]:
+        """Per row the queried record's token span (recall rows) or None (corpus rows): what stage 2's
+        guided variants and focus loss use (``MCController.train_step(..., focus_spans)``)."""
+        return [(int(s), int(e)) if r else None
+                for s, e, r in zip(self.record_start.tolist(), self.record_end.tolist(), self.is_recall.tolist())]
+
 
 class Stage2Sampler:
     """Rows ``[0, n_recall)`` are recall documents, the rest corpus windows, all of length T.

@@ -119,6 +119,19 @@ def check_recall_config(cfg: RecallConfig) -> None:
                          f"({region} of {cfg.doc_tokens} tokens); lower records_region or raise doc_tokens")
 
 
+def fit_recall(recall: RecallConfig, seq_len: int) -> RecallConfig:
+    """``recall`` at ``doc_tokens=seq_len``; fewer records (at least one) when they would not fit."""
+    cfg = dataclasses.replace(recall, doc_tokens=seq_len)
+    while True:
+        try:
+            check_recall_config(cfg)
+            return cfg
+        except ValueError as e:
+            if cfg.n_records <= 1:
+                raise ValueError(f"recall documents cannot be {seq_len} tokens long: {e}") from e
+            cfg = dataclasses.replace(cfg, n_records=cfg.n_records - 1)
+
+
 def filler_text(rng: random.Random, n: int) -> str:
     """Exactly ``n`` characters of lowercase pseudo-text (no uppercase, digits, '=' or '?')."""
     parts: list[str] = []
@@ -223,14 +236,7 @@ def make_shifted_recall_doc(cfg: RecallConfig, seed: int, row_tokens: int, min_t
     tokenizer = tokenizer or ByteTokenizer()
     rng = random.Random(int(seed) ^ 0x5F3759DF)  # its own stream: the document itself stays make_recall_doc(seed)
     length = rng.randint(min_tokens, row_tokens)
-    short = dataclasses.replace(cfg, doc_tokens=length)
-    while short.n_records > 1:  # a short document holds fewer records (as fit_recall does for short rows)
-        try:
-            check_recall_config(short)
-            break
-        except ValueError:
-            short = dataclasses.replace(short, n_records=short.n_records - 1)
-    doc = make_recall_doc(short, seed, tokenizer)
+    doc = make_recall_doc(fit_recall(cfg, length), seed, tokenizer)
     if length == row_tokens:
         return doc
     tail = torch.tensor(filler_ids(rng, row_tokens - length, tokenizer), dtype=torch.long)

@@ -1,7 +1,6 @@
 """Pieces both training loops share: device set-up, data samplers, metrics files, resume checks.
 
-Owns: :func:`setup_device` (resolve + matmul precision), :func:`fit_recall` (a recall config that
-fits a given sequence length, dropping records when the length is short), :func:`make_sampler`
+Owns: :func:`setup_device` (resolve + matmul precision), :func:`make_sampler`
 (the corpus + recall mix of ``data.recall_mix`` at one sequence length), :class:`MetricsLog`
 (``metrics.jsonl``: one JSON object per logged step, truncated back to the checkpoint's step on
 resume so a resumed run never shows steps twice; mirrored to TensorBoard with ``train.tensorboard``) and :func:`check_resume_config`.
@@ -21,7 +20,7 @@ from mc.build import resolve_device
 from mc.config import RecallConfig, RunConfig, to_dict
 from mc.data.hf_tokenizer import tokenizer_for
 from mc.data.loader import Stage2Sampler, make_source
-from mc.data.recall import check_recall_config
+from mc.data.recall import fit_recall  # noqa: F401 (re-export: callers import it from here too)
 from mc.io import write_text
 from mc.train.tb_log import TensorBoardLog
 
@@ -31,19 +30,6 @@ def setup_device(cfg: RunConfig) -> torch.device:
     if device.type == "cuda":
         torch.set_float32_matmul_precision("high")  # TF32 matmuls: the usual speed/precision trade on GPUs
     return device
-
-
-def fit_recall(recall: RecallConfig, seq_len: int) -> RecallConfig:
-    """``recall`` at ``doc_tokens=seq_len``; fewer records (at least one) when they would not fit."""
-    cfg = dataclasses.replace(recall, doc_tokens=seq_len)
-    while True:
-        try:
-            check_recall_config(cfg)
-            return cfg
-        except ValueError as e:
-            if cfg.n_records <= 1:
-                raise ValueError(f"recall documents cannot be {seq_len} tokens long: {e}") from e
-            cfg = dataclasses.replace(cfg, n_records=cfg.n_records - 1)
 
 
 def make_sampler(cfg: RunConfig, split: str, seq_len: int, *, max_files: int | None = None,

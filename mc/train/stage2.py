@@ -88,19 +88,12 @@ def evaluate_stage2(controller: MCController, sampler, cfg: RunConfig) -> dict[s
     for _ in range(st.eval_batches):
         batch = sampler.sample(st.batch_size, cfg.mc.history_tokens, gen)
         with torch.set_grad_enabled(with_grad):
-            out = controller.train_step(batch.tokens, gen, record_spans(batch))
+            out = controller.train_step(batch.tokens, gen, batch.queried_spans())
             stats = step_stats(out)
         del out
         controller.end_micro_step()
         acc.append(stats)
     return {f"val_{k}": v for k, v in _mean_stats(acc).items()}
-
-
-def record_spans(batch) -> list[tuple[int, int] | None]:
-    """Per row the queried record's token span (recall rows) or None (corpus rows): what guided
-    variants expand (``mc.guided_variants``, :func:`mc.variants.sample_variants`)."""
-    return [(int(s), int(e)) if r else None
-            for s, e, r in zip(batch.record_start.tolist(), batch.record_end.tolist(), batch.is_recall.tolist())]
 
 
 def train_stage2(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, max_files: int | None = None,
@@ -156,7 +149,7 @@ def train_stage2(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
     # device runs this one; from here on only the prefetcher draws from `gen` (obsidian "Training").
     def make_plan():
         batch = train_data.sample(lst.batch_size, cfg.mc.history_tokens, gen)
-        return controller.prepare_step(batch.tokens, gen, record_spans(batch))
+        return controller.prepare_step(batch.tokens, gen, batch.queried_spans())
     prefetch = PlanPrefetcher(make_plan, gen, depth=cfg.train.prefetch)
 
     def checkpoint() -> None:  # the data RNG as of the last consumed plan, not the ones made ahead
