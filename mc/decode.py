@@ -21,8 +21,8 @@ import torch
 from torch import Tensor
 
 from mc.kv_cache import KVCache, slot_keys
-from mc.nets.positional import lod_rotary_cos_sin, rotary_cos_sin
-from mc.positions import base_positions_list
+from mc.nets.positional import lod_rotary_cos_sin, rotary_cos_sin, rotary_full
+from mc.positions import IncrementalBasePositions
 from mc.sampling import Sampler
 from mc.session import InferenceSession
 from mc.working_context import bucket_for
@@ -45,16 +45,20 @@ class CachedDecoder:
         self.session: InferenceSession | None = None
         self.last_recomputed = 0  # entries the last call ran through the base model (1 = a plain decode step)
         self._slots = torch.arange(self.ladder[-1], device=ctrl.device)  # sliced, never re-created
-        self._rope_cos, self._rope_sin = rotary_cos_sin(torch.arange(cfg.model.max_seq_len, device=ctrl.device),
-                                                        head_dim, self.rope_base)  # [P, hd/2] by token index
+        self._rope_cos, self._rope_sin = self._plain_tables(cfg.model.max_seq_len)  # [P, hd] by token index
+        self._positions: IncrementalBasePositions | None = None  # per session: what base_logits would see
         self.compile_mode = compile_mode
         self._step = self.base.forward_cached
         if compile_mode != "off":
             self._step = torch.compile(self.base.forward_cached, fullgraph=True, dynamic=False,
                                        mode=None if compile_mode == "default" else compile_mode)
 
+    def _plain_tables(self, size: int) -> tuple[Tensor, Tensor]:
+        cos, sin = rotary_cos_sin(torch.arange(size, device=self.cache.k.device), self.base.head_dim, self.rope_base)
+        return rotary_full(cos, sin)
+
     def _cos_sin(self, suffix: list) -> tuple[Tensor, Tensor]:
-        """LOD-aware rotary ``cos, sin [S, hd/2]`` of the suffix entries.
+        """Full-width LOD-aware rotary tables ``[S, hd]`` (:func:`rotary_full`) of the suffix entries.
 
         A single LOD0 entry (the decode step) reads a table of plain rotary rows by token index:
         the same function of the same float32 position, and LOD0's amplitude is exactly 1, so the
@@ -63,14 +67,12 @@ class CachedDecoder:
         if len(suffix) == 1 and suffix[0][0] == 0:
             p = int(suffix[0][2])
             if p >= self._rope_cos.shape[0]:  # grow by doubling: amortised O(1) per token
-                size = max(2 * self._rope_cos.shape[0], p + 1)
-                self._rope_cos, self._rope_sin = rotary_cos_sin(
-                    torch.arange(size, device=self.cache.k.device), self.base.head_dim, self.rope_base)
+                self._rope_cos, self._rope_sin = self._plain_tables(max(2 * self._rope_cos.shape[0], p + 1))
             return self._rope_cos[p: p + 1], self._rope_sin[p: p + 1]
         dev = self.cache.k.device
         pos = torch.tensor([k[2] for k in suffix], dtype=torch.float32, device=dev)
         lods = torch.tensor([k[0] for k in suffix], dtype=torch.long, device=dev)
-        return lod_rotary_cos_sin(pos, lods, self.block_size, self.base.head_dim, self.rope_base)
+        return rotary_full(*lod_rotary_cos_sin(pos, lods, self.block_size, self.base.head_dim, self.rope_base))
 
     def _gather(self, tree, keys: list) -> Tensor:
         """Embeddings ``[1, S, D]`` of the suffix entries, read from the tree like ``materialize`` does."""
@@ -94,11 +96,11 @@ class CachedDecoder:
         if session is not self.session:  # a new session: nothing cached belongs to it
             self.session = session
             self.cache.clear()
+            self._positions = IncrementalBasePositions(mode=self.position_mode, window=self.window, recent=self.recent)
         wc = session.wc
         if wc is None:
             raise RuntimeError("the session is empty: call begin_session(prompt_ids) with at least one token first")
-        keys = slot_keys(wc.entries, base_positions_list(wc.positions(), mode=self.position_mode, window=self.window,
-                                                        recent=self.recent))  # what base_logits would see
+        keys = slot_keys(wc.entries, self._positions(wc.positions()))  # what base_logits would see
         n = len(keys)
         start = min(self.cache.valid_prefix(keys), n - 1)  # the last entry always runs: its logits are the output
         suffix = keys[start:]

@@ -30,6 +30,8 @@ def slot_keys(entries: Sequence[tuple[int, int]], positions: Sequence[float]) ->
 def first_changed(cached: Sequence[SlotKey], current: Sequence[SlotKey]) -> int:
     """Index of the first slot whose entry differs (= the length of the common prefix)."""
     n = min(len(cached), len(current))
+    if list(cached[:n]) == list(current[:n]):  # the decode step's case, compared in C rather than a Python loop
+        return n
     for i in range(n):
         if cached[i] != current[i]:
             return i
@@ -65,7 +67,7 @@ class KVCache:
 
     def commit(self, current: Sequence[SlotKey]) -> None:
         """Record that slots ``0..len(current)-1`` now hold ``current`` (after the suffix forward)."""
-        self.keys = list(current)
+        self.keys = current if isinstance(current, list) else list(current)  # the caller's fresh list: no copy
 
     def clear(self) -> None:
         self.keys = []

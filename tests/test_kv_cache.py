@@ -74,3 +74,35 @@ def test_sampler_greedy_topk_and_seed():
         Sampler(-1.0)
     with pytest.raises(ValueError, match="top_k"):
         Sampler(1.0, top_k=-2)
+
+
+def test_compiled_decode_step_matches_the_reference_without_recompiles():
+    """compile.decode=default (CPU inductor; the same torch.compile call as on GPU, minus CUDA graphs):
+    every step's logits match the cache-free reference, and after the first pass through each
+    bucket nothing compiles again. In a fresh interpreter: Dynamo state must not leak between tests."""
+    from _subproc import MARK, run_script  # noqa: PLC0415
+
+    out = run_script(f"""
+import json, torch
+from torch._dynamo.utils import counters
+from mc.build import build_controller
+from mc.config_loading import load_config
+from mc.decode import decoder_for
+cfg = load_config({TINY!r} + ["mc.max_lod=3", "compile.decode=default", "telemetry.jsonl=false"])
+ctrl = build_controller(cfg, device=torch.device("cpu"))
+ctrl.begin_session(torch.randint(0, 256, (40,), generator=torch.Generator().manual_seed(0)))
+dec = decoder_for(ctrl)
+worst, frames = 0.0, []
+for i in range(160):
+    got = dec.logits(ctrl.session)
+    want = ctrl.next_token_logits()
+    worst = max(worst, float((got - want).abs().max()))
+    ctrl.append(want.argmax().view(1), refocus=False)
+    if i % 32 == 31:
+        ctrl.refocus()
+    frames.append(int(counters["stats"]["unique_graphs"]))
+print({MARK!r} + json.dumps({{"worst": worst, "frames": frames, "ladder": list(cfg.mc.bucket_ladder)}}))
+""", timeout=600)
+    assert out["worst"] < 1e-4, out["worst"]
+    assert 1 <= out["frames"][-1] <= len(out["ladder"]), out["frames"]  # one decode graph per bucket at most
+    assert out["frames"][-1] == out["frames"][len(out["frames"]) // 2], out["frames"]  # none in the second half

@@ -9,7 +9,7 @@ from _tiny_config import TINY
 from mc.build import build_controller
 from mc.config import ConfigError
 from mc.config_loading import load_config
-from mc.positions import base_positions, base_positions_list, bounded_step
+from mc.positions import IncrementalBasePositions, base_positions, base_positions_list, bounded_step
 from mc.working_context import WorkingContext
 
 WINDOW, RECENT = 64, 8
@@ -138,3 +138,29 @@ def test_entries_mode_changes_positions_only_from_an_edited_entry_on():
     assert a[8:16] == [float(i) for i in range(8, 16)]  # one apart while they fit
     assert max(a) <= WINDOW - 1 and max(b) <= WINDOW - 1
     assert a[-RECENT:] == b[-RECENT:]  # the exact region does not move either
+
+
+@pytest.mark.parametrize("mode", ["global", "bounded", "entries"])
+def test_incremental_positions_equal_the_full_map_through_appends_and_edits(mode):
+    """The decoder's O(1)-per-append map returns exactly base_positions_list's floats, whether the
+    session grew by one token (the memo path), made room, grew a level or was refocused (recomputed)."""
+    import random  # noqa: PLC0415
+
+    rng = random.Random(0)
+    wc = WorkingContext.build(20, block_size=4, max_lod=3, max_entries=40, recent_tokens=RECENT)
+    inc = IncrementalBasePositions(mode=mode, window=WINDOW, recent=RECENT)
+    memo_hits = 0
+    for step in range(12 * WINDOW):
+        wc.append_tokens(1, over_budget=True)
+        while len(wc) > wc.max_entries:  # make room: collapse the oldest collapsible group
+            wc.collapse(next(i for i in range(len(wc)) if wc.check_collapse(i) is None))
+        if step % 37 == 0:  # an edit elsewhere: expand a random expandable gist, as a refocus would
+            ok = [i for i in range(len(wc)) if wc[i][0] > 0 and wc.check_expand(i) is None]
+            if ok:
+                wc.expand(rng.choice(ok))
+        pos = wc.positions()
+        before = inc._last_out
+        got = inc(pos)
+        memo_hits += got[:-1] == before and len(got) == len(before) + 1
+        assert got == base_positions_list(pos, mode=mode, window=WINDOW, recent=RECENT), step
+    assert memo_hits > WINDOW  # the fast path did run (most steps are plain appends)

@@ -118,3 +118,16 @@ def test_bad_inputs_raise():
         lod_amplitude(torch.zeros(3, dtype=torch.long), 1, HD, BASE)
     with pytest.raises(ValueError):
         apply_rotary(torch.zeros(1, 1, 5, HD), torch.zeros(4, HD // 2), torch.zeros(4, HD // 2))
+
+
+def test_apply_rotary_full_is_bit_equal_to_apply_rotary():
+    """The decode step's 4-op rotation gives the very floats of apply_rotary (greedy cached decoding
+    must equal the uncached path), for plain and LOD-damped tables."""
+    from mc.nets.positional import apply_rotary_full, lod_rotary_cos_sin, rotary_full  # noqa: PLC0415
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 6, 9, 16, generator=g)  # [B, H, S, hd]
+    pos = torch.rand(9, generator=g) * 500
+    lods = torch.randint(0, 3, (9,), generator=g)
+    cos, sin = lod_rotary_cos_sin(pos, lods, 8, 16, 10000.0)  # [S, hd/2]
+    assert torch.equal(apply_rotary_full(x, *rotary_full(cos, sin)), apply_rotary(x, cos, sin))

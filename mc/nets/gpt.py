@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mc.config import ModelConfig
-from mc.nets.positional import apply_rotary, rotary_cos_sin
+from mc.nets.positional import apply_rotary, apply_rotary_full, rotary_cos_sin
 
 __all__ = ["GPT", "next_token_loss", "RMSNorm"]
 
@@ -77,12 +77,13 @@ class CausalAttention(nn.Module):
             y = F.scaled_dot_product_attention(q_bhwh, k_bhwh, v_bhwh, attn_mask=attn_mask_b1ww)
         return self.proj(y.transpose(1, 2).reshape(b, w, d))
 
-    def forward_kv(self, x_1sd: Tensor, cos: Tensor, sin: Tensor, k_cache_1hcd: Tensor, v_cache_1hcd: Tensor,
-                   slots_s: Tensor, window: int, attn_mask_11sw: Tensor) -> Tensor:
+    def forward_kv(self, x_1sd: Tensor, cos_full: Tensor, sin_signed: Tensor, k_cache_1hcd: Tensor,
+                   v_cache_1hcd: Tensor, slots_s: Tensor, window: int, attn_mask_11sw: Tensor) -> Tensor:
         """The same attention for ``S`` new entries at cache ``slots_s [S]``, reading earlier slots from the cache.
 
-        Writes the new keys/values into the caches ``[1, H, C, hd]`` in place, then attends over the
-        first ``window`` slots under ``attn_mask_11sw`` (True = may attend).
+        ``cos_full, sin_signed [S, hd]`` come from :func:`mc.nets.positional.rotary_full`. Writes the new
+        keys/values into the caches ``[1, H, C, hd]`` in place, then attends over the first ``window``
+        slots under ``attn_mask_11sw`` (True = may attend).
         """
         _, s, d = x_1sd.shape
         # Functional calls on the modules' weights (the same ops as forward's): at S=1 the step is bound by
@@ -91,7 +92,9 @@ class CausalAttention(nn.Module):
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [1, H, S, hd]
         # One rotation over queries and keys together (elementwise, so the same values as two calls):
         # at S=1 the step is op-overhead bound and this halves the rotary ops.
-        qk = apply_rotary(torch.cat((self.q_norm.forward(q), self.k_norm.forward(k)), dim=1), cos, sin)  # [1, 2H, S, hd]
+        # apply_rotary_full: bit-equal to apply_rotary (what forward uses) in fewer ops.
+        qk = apply_rotary_full(torch.cat((self.q_norm.forward(q), self.k_norm.forward(k)), dim=1), cos_full,
+                               sin_signed)  # [1, 2H, S, hd]
         q, k = qk[:, : self.n_heads], qk[:, self.n_heads:]
         k_cache_1hcd.index_copy_(2, slots_s, k)
         v_cache_1hcd.index_copy_(2, slots_s, v)
@@ -235,7 +238,8 @@ class GPT(nn.Module):
         """Logits ``[1, V]`` of the last of ``S`` new entries, reusing cached keys/values of earlier entries.
 
         ``embeds_1sd [1, S, D]`` are working-context entries at cache slots ``slots_s [S]`` (consecutive,
-        ascending); ``cos, sin [S, hd/2]``; ``k_cache, v_cache [L, 1, H, C, hd]`` hold every earlier
+        ascending); ``cos, sin [S, hd]`` the full-width rotary tables of
+        :func:`mc.nets.positional.rotary_full` (built once, not per layer); ``k_cache, v_cache [L, 1, H, C, hd]`` hold every earlier
         slot's keys/values and receive the new ones in place. Attention reads the first ``window``
         slots (a static int: one compiled graph per bucket), causally by slot. Entry ``i`` then sees
         exactly what :meth:`forward` over the whole working context shows it, so the logits match
