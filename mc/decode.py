@@ -28,11 +28,22 @@ from mc.session import InferenceSession
 from mc.working_context import bucket_for
 
 
+def supports_kv_cache(base) -> bool:
+    """Whether ``base`` has the cached forward the decoder needs (the built-in GPT; not ``model=hf``)."""
+    return callable(getattr(base, "forward_cached", None))
+
+
+NO_KV_CACHE = ("the KV cache needs the built-in GPT base (GPT.forward_cached); this run's base model "
+               "({}) has none: decode without it (use_cache=False, or --no-kv-cache in mc_generate.py)")
+
+
 class CachedDecoder:
     """Next-token logits of a session's working context, reusing cached keys/values."""
 
     def __init__(self, ctrl, *, compile_mode: str = "off") -> None:
         cfg = ctrl.cfg
+        if not supports_kv_cache(ctrl.base):
+            raise ValueError(NO_KV_CACHE.format(type(ctrl.base).__name__))
         self.base = ctrl.base
         self.ladder = sorted(cfg.mc.bucket_ladder)
         self.block_size = cfg.mc.block_size

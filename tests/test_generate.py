@@ -142,3 +142,21 @@ def test_lod_map_text():
     assert len(chars) == len(wc) and chars == "".join(str(lod) for lod, _ in wc.entries)
     assert spans.startswith(f"L{wc.entries[0][0]} ") and spans.endswith(",40)")
     assert torch.tensor([int(c) for c in chars]).max() <= 2
+
+
+def test_a_base_without_the_cached_forward_decodes_without_the_cache(run_dir, tmp_path, monkeypatch):
+    """model=hf bases have no GPT.forward_cached: the API says so in one line, and the CLI decodes the
+    reference way with a note instead of failing (simulated here by taking the method away)."""
+    from mc.nets.gpt import GPT  # noqa: PLC0415
+
+    monkeypatch.delattr(GPT, "forward_cached")
+    ctrl, _ = load_run(run_dir)
+    ctrl.begin_session(torch.tensor([100, 101, 102]))
+    with pytest.raises(ValueError, match="KV cache needs the built-in GPT base.*use_cache=False"):
+        ctrl.generate(3)
+    assert ctrl.generate(3, use_cache=False).shape == (3,)
+    rc, out, err = _main(["--run-dir", str(run_dir), "--prompt", "ab", "--max-new-tokens", "5",
+                          "--json", str(tmp_path / "o.json")])
+    assert rc == 0, err
+    assert "note: the KV cache needs the built-in GPT base" in err
+    assert not json.loads((tmp_path / "o.json").read_text())["kv_cache"]

@@ -22,7 +22,8 @@ from mc.sampling import Sampler  # noqa: E402
 
 GEOMETRIES = {"tiny": TINY + ["mc.max_lod=3"], "cpu": ["preset=cpu", "train.device=cpu", "mc.max_lod=2"],
               # the long preset's position mode past the window (540 tokens, a 64-token window)
-              "tiny-entries": TINY + ["mc.max_lod=3", "mc.positions=entries"]}
+              "tiny-entries": TINY + ["mc.max_lod=3", "mc.positions=entries"],
+              "tiny-no-qk-norm": TINY + ["mc.max_lod=3", "model.qk_norm=false"]}  # the cached path skips the QK norms
 
 
 def _ctrl(overrides):

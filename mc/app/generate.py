@@ -110,14 +110,17 @@ class TokenPrinter:
 
 def generate_text(ctrl, tokenizer, text: str, max_new_tokens: int, *, temperature: float = 0.0, top_k: int = 0,
                   seed: int | None = None, use_cache: bool = True, out: TextIO | None = None,
-                  wc_out: TextIO | None = None) -> dict:
+                  wc_out: TextIO | None = None, notes: TextIO | None = None) -> dict:
     """Prompt ``text`` -> the record ``--json`` writes (text, tokens, speeds, refocus timings and log).
+
+    A base without the cached forward (``model=hf``) decodes without the KV cache, with a note on
+    ``notes`` (stderr by default); the record's ``kv_cache`` says which way it ran.
 
     Prompt speed = the prompt's tokens over the time to stream them into the session plus the first
     base-model pass over the working context (the cache prefill). Decode speed = generated tokens
     over the decode loop's time, refocuses excluded (``refocus_ms`` has them, cache rebuild included).
     """
-    from mc.decode import DecodeStats, decoder_for  # noqa: PLC0415
+    from mc.decode import NO_KV_CACHE, DecodeStats, decoder_for, supports_kv_cache  # noqa: PLC0415
     from mc.sampling import Sampler  # noqa: PLC0415
 
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -127,6 +130,10 @@ def generate_text(ctrl, tokenizer, text: str, max_new_tokens: int, *, temperatur
     except ValueError as exc:
         raise GenerateError(f"{exc}") from exc
     ids = prompt_ids(text, tokenizer, ctrl.cfg.model.vocab_size)
+    if use_cache and not supports_kv_cache(ctrl.base):  # model=hf: decode the reference way, and say so
+        (notes or sys.stderr).write(f"mc_generate: note: {NO_KV_CACHE.format(type(ctrl.base).__name__)}; "
+                                    "decoding without it\n")
+        use_cache = False
     if use_cache:
         decoder_for(ctrl)  # built before the clock starts: its one-time set-up (cache, tables) is not the prompt's
     t0 = time.perf_counter()
@@ -187,7 +194,7 @@ def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None, stdo
         ctrl, tok = load_run(args.run_dir, device=device)
         rec = generate_text(ctrl, tok, text, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                             seed=args.seed, use_cache=not args.no_kv_cache, out=stdout,
-                            wc_out=stderr if args.show_wc else None)
+                            wc_out=stderr if args.show_wc else None, notes=stderr)
     except (GenerateError, ConfigError, CheckpointError, FileNotFoundError) as exc:
         stderr.write(f"mc_generate: error: {exc}\n")
         return EXIT_BAD_INPUT

@@ -32,7 +32,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mc.config import ModelConfig
-from mc.nets.positional import apply_rotary, apply_rotary_full, rotary_cos_sin
+from mc.nets.gpt_cached import forward_cached
+from mc.nets.positional import apply_rotary, rotary_cos_sin
 
 __all__ = ["GPT", "next_token_loss", "RMSNorm"]
 
@@ -77,31 +78,6 @@ class CausalAttention(nn.Module):
             y = F.scaled_dot_product_attention(q_bhwh, k_bhwh, v_bhwh, attn_mask=attn_mask_b1ww)
         return self.proj(y.transpose(1, 2).reshape(b, w, d))
 
-    def forward_kv(self, x_1sd: Tensor, cos_full: Tensor, sin_signed: Tensor, k_cache_1hcd: Tensor,
-                   v_cache_1hcd: Tensor, slots_s: Tensor, window: int, attn_mask_11sw: Tensor) -> Tensor:
-        """The same attention for ``S`` new entries at cache ``slots_s [S]``, reading earlier slots from the cache.
-
-        ``cos_full, sin_signed [S, hd]`` come from :func:`mc.nets.positional.rotary_full`. Writes the new
-        keys/values into the caches ``[1, H, C, hd]`` in place, then attends over the first ``window``
-        slots under ``attn_mask_11sw`` (True = may attend).
-        """
-        _, s, d = x_1sd.shape
-        # Functional calls on the modules' weights (the same ops as forward's): at S=1 the step is bound by
-        # per-call overhead, and nn.Module.__call__ adds a few microseconds to each of ~20 calls.
-        qkv = F.linear(x_1sd, self.qkv.weight).view(1, s, 3, self.n_heads, self.head_dim)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [1, H, S, hd]
-        # One rotation over queries and keys together (elementwise, so the same values as two calls):
-        # at S=1 the step is op-overhead bound and this halves the rotary ops.
-        # apply_rotary_full: bit-equal to apply_rotary (what forward uses) in fewer ops.
-        qk = apply_rotary_full(torch.cat((self.q_norm.forward(q), self.k_norm.forward(k)), dim=1), cos_full,
-                               sin_signed)  # [1, 2H, S, hd]
-        q, k = qk[:, : self.n_heads], qk[:, self.n_heads:]
-        k_cache_1hcd.index_copy_(2, slots_s, k)
-        v_cache_1hcd.index_copy_(2, slots_s, v)
-        y = F.scaled_dot_product_attention(q, k_cache_1hcd[:, :, :window], v_cache_1hcd[:, :, :window],
-                                           attn_mask=attn_mask_11sw)
-        return F.linear(y.transpose(1, 2).reshape(1, s, d), self.proj.weight)
-
 
 class CausalMLP(nn.Module):
     def __init__(self, cfg: ModelConfig):
@@ -126,11 +102,6 @@ class CausalBlock(nn.Module):
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attn_mask: Tensor | None) -> Tensor:
         x = x + self.attn(self.norm1(x), cos, sin, attn_mask)
         return x + self.mlp(self.norm2(x))
-
-    def forward_kv(self, x: Tensor, cos: Tensor, sin: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor,
-                   window: int, attn_mask: Tensor) -> Tensor:
-        x = x + self.attn.forward_kv(self.norm1.forward(x), cos, sin, k_cache, v_cache, slots, window, attn_mask)
-        return x + F.linear(F.gelu(F.linear(self.norm2.forward(x), self.mlp.fc.weight)), self.mlp.proj.weight)
 
 
 def _validate_model_config(cfg: ModelConfig) -> None:
@@ -245,16 +216,10 @@ class GPT(nn.Module):
         exactly what :meth:`forward` over the whole working context shows it, so the logits match
         (see obsidian Inference). No ``.item()`` and no Python state: the S=1 call is the compiled
         decode step. ``masked=False`` (eager one-entry steps: ``S == 1`` at slot ``window - 1``) skips
-        the mask, which would allow every key anyway: the same attention, fewer ops.
+        the mask, which would allow every key anyway: the same attention, fewer ops. The ops are in
+        :mod:`mc.nets.gpt_cached` (one flat function: the eager step is bound by per-call overhead).
         """
-        attn_mask_11sw = None  # unmasked: the caller passes window = the last slot + 1, so every key is allowed
-        if masked:
-            keys_w = torch.arange(window, device=embeds_1sd.device)
-            attn_mask_11sw = (keys_w[None, :] <= slots_s[:, None])[None, None]  # [1, 1, S, window]
-        x = embeds_1sd
-        for i, block in enumerate(self.blocks):
-            x = block.forward_kv(x, cos, sin, k_cache[i], v_cache[i], slots_s, window, attn_mask_11sw)
-        return F.linear(self.norm_f.forward(x[:, -1]), self.lm_head.weight)  # [1, V]
+        return forward_cached(self, embeds_1sd, cos, sin, k_cache, v_cache, slots_s, window, masked)
 
     @staticmethod
     def _attention_mask(key_padding_mask_bw: Tensor) -> Tensor:
