@@ -119,15 +119,17 @@ class CachedDecoder:
         embeds = self._gather(session.tree, suffix)
         cos, sin = self._cos_sin(suffix)
         slots = self._slots[start:n]
-        step = self._step if len(suffix) == 1 else self.base.forward_cached  # the suffix forward stays eager
-        if step is self.base.forward_cached and len(suffix) == 1:  # eager decode step: exactly n keys, no mask
-            out = step(embeds, cos, sin, self.cache.k, self.cache.v, slots, n, masked=False)[0]  # [V]
-        else:  # the compiled step (one graph per bucket) or a suffix: the bucket's window, causal mask
-            out = step(embeds, cos, sin, self.cache.k, self.cache.v, slots, bucket_for(n, self.ladder))[0]
+        # (A flag, not `step is self.base.forward_cached`: each attribute access makes a new bound method.)
+        compiled_step = len(suffix) == 1 and self.compile_mode != "off"
+        if len(suffix) == 1 and not compiled_step:  # eager decode step: exactly n keys, no mask
+            out = self.base.forward_cached(embeds, cos, sin, self.cache.k, self.cache.v, slots, n, masked=False)[0]
+        else:  # the compiled step (one graph per bucket) or a suffix (eager): the bucket's window, causal mask
+            step = self._step if compiled_step else self.base.forward_cached
+            out = step(embeds, cos, sin, self.cache.k, self.cache.v, slots, bucket_for(n, self.ladder))[0]  # [V]
         self.cache.commit(keys)
         self.last_recomputed = len(suffix)
         # A CUDA-graph step's output lives in the graph pool and the next replay overwrites it.
-        return out.clone() if step is not self.base.forward_cached else out
+        return out.clone() if compiled_step else out
 
 
 @dataclass

@@ -95,7 +95,8 @@ class IncrementalBasePositions:
     position is unchanged too (the older map depends only on ``c`` and the entries before it; the exact
     region is a shift by ``c``), and the new token ``N - 1`` maps to ``N - 1 - c + start``: integers,
     exact in float32 as in the tensor map. Anything else (an edit, a step of ``c``, the first call past
-    the window) recomputes the whole list with :func:`base_positions_list`. Equality with it is tested.
+    the window) recomputes the whole list with :func:`base_positions_list`; an unchanged list returns the
+    previous map. Equality with it is tested.
     """
 
     _EXACT_LIMIT = 2.0 ** 20  # past ~1M tokens float32 cut arithmetic could round differently: recompute
@@ -113,6 +114,8 @@ class IncrementalBasePositions:
 
     def __call__(self, positions: list[float]) -> list[float]:
         prev = self._last_in
+        if prev is not None and positions == prev:  # nothing changed since the last call (compared in C)
+            return self._last_out
         n = positions[-1] + 1.0 if positions else 0.0
         if (self.mode != "global" and prev is not None and len(positions) == len(prev) + 1
                 and self.window < prev[-1] + 1.0 and n < self._EXACT_LIMIT

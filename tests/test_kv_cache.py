@@ -61,8 +61,20 @@ def test_cache_recomputes_only_the_changed_suffix():
     first = first_changed(before, after)
     assert torch.allclose(dec.logits(s), ctrl.next_token_logits(), atol=1e-5)
     assert dec.last_recomputed == len(after) - first
-    dec.logits(s)  # nothing changed: only the last entry runs (its logits are the output)
+    calls = []
+    real = type(ctrl.base).forward_cached
+
+    def spy(self, embeds, cos, sin, k, v, slots, window, masked=True):
+        calls.append((embeds.shape[1], window, masked))
+        return real(self, embeds, cos, sin, k, v, slots, window, masked)
+
+    type(ctrl.base).forward_cached = spy
+    try:
+        dec.logits(s)  # nothing changed: only the last entry runs (its logits are the output)
+    finally:
+        type(ctrl.base).forward_cached = real
     assert dec.last_recomputed == 1
+    assert calls == [(1, len(after), False)]  # eager step: exactly the n valid keys, no mask
 
 
 def test_sampler_greedy_topk_and_seed():
