@@ -177,6 +177,9 @@ class RecallConfig:
     # Stage 2 only: > 0 replaces records_region for stage 2's recall documents (e.g. records anywhere in a long
     # history, so LensNet cannot learn where records usually are); 0 = records_region. Stage 1 and evaluation keep it.
     stage2_records_region: float = 0.0
+    # Stage 2 only: > 0 replaces n_records for stage 2's recall documents (several records, one queried, so LensNet
+    # must match the query's key, not just find "a record"); 0 = n_records. Stage 1 and evaluation keep n_records.
+    stage2_n_records: int = 0
 
 
 @dataclass

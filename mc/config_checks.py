@@ -124,6 +124,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     _positive("data.recall.stage1_min_tokens", r.stage1_min_tokens, 0, " (0 = full-length stage-1 recall rows)")
     if r.stage2_records_region:
         _unit_interval("data.recall.stage2_records_region", r.stage2_records_region, closed=False)
+    _positive("data.recall.stage2_n_records", r.stage2_n_records, 0, " (0 = n_records in stage 2 too)")
     if r.stage1_min_tokens:
         if r.stage1_min_tokens > cfg.model.max_seq_len:
             _fail("data.recall.stage1_min_tokens", r.stage1_min_tokens,

@@ -297,6 +297,21 @@ def test_stage2_records_region_moves_stage2_records_only():
         load_config(["preset=smoke", "data.recall.stage2_records_region=1.5"])
 
 
+def test_stage2_n_records_puts_several_records_in_stage2_documents_only():
+    from mc.config import ConfigError
+    from mc.config_loading import load_config
+    from mc.train.common import make_sampler
+    cfg = load_config(["preset=smoke", "train.device=cpu", "data.source=recall", "data.recall.n_records=1",
+                       "data.recall.stage2_n_records=3"])
+    t = cfg.mc.history_tokens
+    s2 = make_sampler(cfg, "train", t).sample(8, t, torch.Generator().manual_seed(0))
+    s1 = make_sampler(cfg, "train", t, stage1=True).sample(8, t, torch.Generator().manual_seed(0))
+    assert {len(d.keys) for d in s2.recall_docs} == {3}  # one of them queried
+    assert {len(d.keys) for d in s1.recall_docs} == {1}
+    with pytest.raises(ConfigError, match="stage2_n_records"):
+        load_config(["preset=smoke", "data.recall.stage2_n_records=-1"])
+
+
 def test_short_shifted_documents_hold_fewer_records():
     cfg = dataclasses.replace(SMALL, n_records=6, doc_tokens=512, records_region=0.5)
     rb = recall_batch(cfg, list(range(40)), min_tokens=40)

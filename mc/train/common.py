@@ -38,11 +38,14 @@ def make_sampler(cfg: RunConfig, split: str, seq_len: int, *, max_files: int | N
 
     ``data.source=recall`` gives recall documents only. ``max_files`` caps the stdlib corpus (tests).
     ``stage1``: recall rows are shifted documents when ``data.recall.stage1_min_tokens`` > 0; otherwise
-    (stage 2) ``data.recall.stage2_records_region``, when set, replaces ``records_region``.
+    (stage 2) ``data.recall.stage2_records_region`` and ``stage2_n_records``, when set, replace
+    ``records_region`` and ``n_records``.
     """
     rc = cfg.data.recall
     if not stage1 and rc.stage2_records_region:
         rc = dataclasses.replace(rc, records_region=rc.stage2_records_region)
+    if not stage1 and rc.stage2_n_records:
+        rc = dataclasses.replace(rc, n_records=rc.stage2_n_records)
     recall = fit_recall(rc, seq_len)
     tok = tokenizer_for(cfg.model)  # bytes, or the model=hf base's own tokenizer
     shifted = cfg.data.recall.stage1_min_tokens if stage1 else 0
