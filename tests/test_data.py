@@ -282,34 +282,34 @@ def test_stage1_sampler_alone_shifts_recall_rows_and_bad_minimum_is_refused():
         load_config(["preset=smoke", "data.recall.stage1_min_tokens=4"])
 
 
-def test_stage2_records_region_moves_stage2_records_only():
-    from mc.config import ConfigError
+def _stage_batches(overrides: list[str], batch: int) -> tuple[int, object, object]:
+    """History length, then a stage-1 and a stage-2 recall batch of the smoke preset with ``overrides``."""
     from mc.config_loading import load_config
     from mc.train.common import make_sampler
-    cfg = load_config(["preset=smoke", "train.device=cpu", "data.source=recall", "data.recall.records_region=0.2",
-                       "data.recall.stage2_records_region=0.9"])
+    cfg = load_config(["preset=smoke", "train.device=cpu", "data.source=recall", *overrides])
     t = cfg.mc.history_tokens
-    s2 = make_sampler(cfg, "train", t).sample(32, t, torch.Generator().manual_seed(0))
-    s1 = make_sampler(cfg, "train", t, stage1=True).sample(32, t, torch.Generator().manual_seed(0))
+    s1 = make_sampler(cfg, "train", t, stage1=True).sample(batch, t, torch.Generator().manual_seed(0))
+    return t, s1, make_sampler(cfg, "train", t).sample(batch, t, torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("key, bad", [("stage2_records_region", 1.5), ("stage2_n_records", -1)])
+def test_stage2_only_recall_fields_are_validated(key, bad):
+    from mc.config import ConfigError
+    from mc.config_loading import load_config
+    with pytest.raises(ConfigError, match=key):
+        load_config(["preset=smoke", f"data.recall.{key}={bad}"])
+
+
+def test_stage2_records_region_moves_stage2_records_only():
+    t, s1, s2 = _stage_batches(["data.recall.records_region=0.2", "data.recall.stage2_records_region=0.9"], 32)
     assert int(s1.record_end.max()) <= int(0.2 * t)
     assert int(s2.record_start.max()) > int(0.2 * t)  # some stage-2 records sit past the stage-1 region
-    with pytest.raises(ConfigError, match="stage2_records_region"):
-        load_config(["preset=smoke", "data.recall.stage2_records_region=1.5"])
 
 
 def test_stage2_n_records_puts_several_records_in_stage2_documents_only():
-    from mc.config import ConfigError
-    from mc.config_loading import load_config
-    from mc.train.common import make_sampler
-    cfg = load_config(["preset=smoke", "train.device=cpu", "data.source=recall", "data.recall.n_records=1",
-                       "data.recall.stage2_n_records=3"])
-    t = cfg.mc.history_tokens
-    s2 = make_sampler(cfg, "train", t).sample(8, t, torch.Generator().manual_seed(0))
-    s1 = make_sampler(cfg, "train", t, stage1=True).sample(8, t, torch.Generator().manual_seed(0))
+    _, s1, s2 = _stage_batches(["data.recall.n_records=1", "data.recall.stage2_n_records=3"], 8)
     assert {len(d.keys) for d in s2.recall_docs} == {3}  # one of them queried
     assert {len(d.keys) for d in s1.recall_docs} == {1}
-    with pytest.raises(ConfigError, match="stage2_n_records"):
-        load_config(["preset=smoke", "data.recall.stage2_n_records=-1"])
 
 
 def test_short_shifted_documents_hold_fewer_records():
