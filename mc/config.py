@@ -303,3 +303,16 @@ def from_dict(cls: type, data: dict) -> Any:
         default = getattr(cls(), key)
         kwargs[key] = from_dict(type(default), value) if is_dataclass(default) else value
     return cls(**kwargs)
+
+
+def with_defaults(recorded: dict, defaults: dict | None = None) -> dict:
+    """``recorded`` (a config dict a run folder or checkpoint saved) with every key it lacks filled from
+    the dataclass defaults: a key added to the code later did not exist then, and the run behaved as
+    its default (new fields default to the old behaviour), so it must not count as a difference."""
+    defaults = to_dict(RunConfig()) if defaults is None else defaults
+    if not isinstance(recorded, dict) or not isinstance(defaults, dict):
+        return recorded
+    out = dict(recorded)
+    for k, v in defaults.items():
+        out[k] = with_defaults(recorded[k], v) if k in recorded else v
+    return out

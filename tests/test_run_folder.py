@@ -20,6 +20,7 @@ import torch
 
 from _tiny_config import TINY
 from mc.app import run_folder, workflow
+from mc.config import to_dict
 from mc.config_loading import load_config
 from mc.harness.cli import resolve_harness_config
 
@@ -65,6 +66,11 @@ def test_default_name_comes_from_the_preset_and_the_config():
     c = run_folder.default_run_name(load_config(["preset=smoke", "compile.lensnet.train=reduce-overhead"]), preset)
     assert a == b and a.startswith("smoke-") and len({a, c, "smoke"}) == 3
     assert run_folder.config_diff({"name": "x", "mc": {"k": 1}}, {"name": "y", "mc": {"k": 2}}) == ["mc.k"]
+    # A folder recorded before a key existed ran with its default: no difference unless the value moved.
+    full = to_dict(load_config(["preset=smoke"]))
+    older = {**full, "mc": {k: v for k, v in full["mc"].items() if k != "guided_variants"}}
+    assert run_folder.config_diff(older, full) == []
+    assert run_folder.config_diff(older, {**full, "mc": {**full["mc"], "guided_variants": 2}}) == ["mc.guided_variants"]
     assert [run_folder.first_stage(k) for k in ("model.d_model", "train.stage2.lr", "train.seed", "eval.n_docs",
                                                 "bench.modes", "somethingnew")] == \
         ["stage1", "stage2", "stage1", "eval", "bench", "data"]

@@ -255,3 +255,21 @@ def test_resume_with_other_model_shape_is_refused(base_dir, tmp_path):
     other = dataclasses.replace(cfg, lensnet=LensNetConfig(d_model=32, n_layers=1, n_heads=2))
     with pytest.raises(ValueError, match="lensnet"):
         train_stage2(other, run, progress=False)
+
+
+def test_a_checkpoint_from_before_a_key_existed_resumes(base_dir, tmp_path):
+    """A stage-2 checkpoint whose config lacks a key added to the code since (here mc.focus_loss_weight)
+    resumes when the key holds its default, and is refused when it does not."""
+    from mc.train.checkpoint import load_checkpoint, save_checkpoint  # noqa: PLC0415
+
+    cfg = tiny_cfg(s2_steps=2)
+    run = _with_base(base_dir, tmp_path / "run")
+    train_stage2(cfg, run, progress=False, stop_after=1)
+    path = run / "stage2" / "ckpt.pt"
+    saved = load_checkpoint(path)
+    del saved["config"]["mc"]["focus_loss_weight"]
+    save_checkpoint(path, saved)
+    moved = dataclasses.replace(cfg, mc=dataclasses.replace(cfg.mc, focus_loss_weight=0.5))
+    with pytest.raises(ValueError, match="focus_loss_weight"):
+        train_stage2(moved, run, progress=False)
+    assert train_stage2(cfg, run, progress=False)["steps"] == 2

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from mc.config import ConfigError, RunConfig, to_dict
+from mc.config import ConfigError, RunConfig, to_dict, with_defaults
 
 NOT_CONFIG = ("name", "out_dir")  # where a run lives, not what it computes
 # The first stage whose outputs a key feeds (longest matching prefix wins); later stages depend on it
@@ -42,8 +42,10 @@ def config_payload(cfg: RunConfig | dict) -> dict:
 
 
 def config_diff(old: dict, new: dict) -> list[str]:
-    """Dotted keys whose values differ between two config dicts (``name``/``out_dir`` ignored)."""
-    a, b = _flat(config_payload(old)), _flat(config_payload(new))
+    """Dotted keys whose values differ between two config dicts (``name``/``out_dir`` ignored). A key a
+    side lacks (e.g. added to the code after ``old`` was recorded) counts as its default
+    (:func:`mc.config.with_defaults`)."""
+    a, b = _flat(config_payload(with_defaults(old))), _flat(config_payload(with_defaults(new)))
     return sorted(k for k in set(a) | set(b) if a.get(k, "<missing>") != b.get(k, "<missing>"))
 
 

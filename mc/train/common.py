@@ -17,7 +17,7 @@ from typing import Any, Callable
 import torch
 
 from mc.build import resolve_device
-from mc.config import RecallConfig, RunConfig, to_dict
+from mc.config import RecallConfig, RunConfig, to_dict, with_defaults
 from mc.data.hf_tokenizer import tokenizer_for
 from mc.data.loader import Stage2Sampler, make_source
 from mc.data.recall import fit_recall  # noqa: F401 (re-export: callers import it from here too)
@@ -98,6 +98,7 @@ _RESUMABLE_CHANGES = ("steps", "eval_every", "eval_batches", "ckpt_every")
 def check_resume_config(saved: dict, cfg: RunConfig, stage: str, path: Path) -> None:
     """A checkpoint of another model shape cannot be resumed: say which key differs."""
     now = to_dict(cfg)
+    saved = with_defaults(saved)  # keys added to the code since the checkpoint count as their defaults
     for section in ("model",) + (("gistnet", "lensnet", "mc") if stage == "stage2" else ()):
         if saved.get(section) != now[section]:
             diff = sorted(k for k in now[section] if saved.get(section, {}).get(k) != now[section][k])
