@@ -191,4 +191,10 @@ def test_long_range_sweep_section(tmp_path):
         assert r["edits"]["random"] <= r["edits"]["focused"]
         if r["depth"] < 0.5:  # an early needle sits inside a gist of the compressed layout
             assert r["edits"]["oracle"] >= 1, r
+            assert r["needle_lod"]["compressed"] >= 1, r
+        assert set(r["needle_lod"]) == {"compressed", "focused", "random", "oracle"}
+        assert r["needle_lod"]["oracle"] == 0, r  # the oracle brings the needle to full detail
+    oracle_cells = [c for c in sec["cells"] if c["variant"] == "oracle"]
+    assert all(c["needle_at_lod0"] == 1.0 for c in oracle_cells)
+    assert all(c["needle_at_lod0"] is None for c in sec["cells"] if c["variant"] == "recency")
     assert out["long_range"]["cells"] == sec["cells"]

@@ -127,7 +127,8 @@ def test_report_long_range_section(tmp_path):
     ev = _eval_json()
     variants = ["recency", "compressed", "focused", "random", "oracle"]
     cells = [{"task": t, "length": n, "multiple": n // 128, "depth": d, "variant": v, "accuracy": acc, "n": 2,
-              "edits_per_refocus": 2.0 if v in ("focused", "random") else None}
+              "edits_per_refocus": 2.0 if v in ("focused", "random") else None,
+              **({"needle_at_lod0": 0.5} if v == "focused" else {})}  # oracle: an older eval.json without the key
              for t in ("passkey",) for n in (512, 2048) for d in (0.1, 0.9)
              for v, acc in zip(variants, (0.0, 0.0, 0.5, 0.0, 1.0))]
     ev["long_range"] = {"base_window": 128, "budget": 48, "lengths": [512, 2048], "depths": [0.1, 0.9],
@@ -136,7 +137,8 @@ def test_report_long_range_section(tmp_path):
     (tmp_path / "eval").mkdir()
     (tmp_path / "eval" / "eval.json").write_text(json.dumps(ev))
     text = write_report(RunConfig(), tmp_path).read_text()
-    assert "### Long-range sweep" in text and "| focused | 50% (4), 2.0 edits | 50% (4), 2.0 edits |" in text
+    assert "### Long-range sweep" in text
+    assert "| focused | 50% (4), 2.0 edits, LOD0 50% | 50% (4), 2.0 edits, LOD0 50% |" in text
     assert "| oracle | 100% (4) | 100% (4) |" in text
     if mc.app.plots.matplotlib_missing() is None:
         assert (tmp_path / "plots" / "long_range_passkey.png").stat().st_size > 2000

@@ -195,7 +195,9 @@ def _long_range(rep: _Report, lr: dict) -> None:
     rep.add("### Long-range sweep", "",
             f"Base window {lr['base_window']} tokens, budget {lr['budget']} entries; compression (history / entries): "
             + ", ".join(f"{n}: {c}x" for n, c in lr.get("compression", {}).items()) + ". Exact recall per cell "
-            "(documents per cell in brackets); edits/refocus beside the focused and random numbers.", "")
+            "(documents per cell in brackets); edits/refocus beside the focused and random numbers, and in how many "
+            "documents the needle was at LOD0 when the answer began (a miss with the needle at LOD0 is the base's copy, "
+            "one without is the focus's).", "")
     for task in lr["tasks"]:
         rep.add(f"**{task}** (mean over depths {', '.join(f'{d:.0%}' for d in lr['depths'])})", "")
         rep.add("| variant | " + " | ".join(f"{n // lr['base_window']}x" for n in lr["lengths"]) + " |",
@@ -209,6 +211,9 @@ def _long_range(rep: _Report, lr: dict) -> None:
                 ed = [c["edits_per_refocus"] for c in sel if c.get("edits_per_refocus") is not None]
                 if v in ("focused", "random") and ed:
                     cell += f", {sum(ed) / len(ed):.1f} edits"
+                at0 = [(c["needle_at_lod0"], c["n"]) for c in sel if c.get("needle_at_lod0") is not None]
+                if at0:
+                    cell += f", LOD0 {sum(a * n for a, n in at0) / max(1, sum(n for _, n in at0)):.0%}"
                 cells.append(cell)
             rep.add(f"| {v} | " + " | ".join(cells) + " |")
         rep.add("")

@@ -14,7 +14,9 @@ generated documents (:mod:`mc.data.long_tasks`) are read five ways at the same e
   bound of any focus policy at this budget).
 
 Documents use evaluation seeds (offset from training's) so no sweep document was trained on.
-Accuracy per cell comes with a Wilson 95% interval; the per-document rows are kept.
+Accuracy per cell comes with a Wilson 95% interval, and ``needle_at_lod0`` says in how many documents
+the layout held the needle at full detail when the answer began (so a miss splits into "focus did not
+get there" and "the base did not copy it"); the per-document rows are kept, with ``needle_lod``.
 """
 from __future__ import annotations
 
@@ -34,12 +36,18 @@ from mc.eval.stats import proportion_ci
 SEED_OFFSET = 1_000_000  # sweep documents never share a seed with training or the main evaluation
 
 
+def needle_lod(wc, span: tuple[int, int]) -> int:
+    """The coarsest LOD among the working-context entries covering tokens ``span`` (0: all at full detail)."""
+    return max(wc[i][0] for i in range(len(wc)) if wc.span(i)[0] < span[1] and wc.span(i)[1] > span[0])
+
+
 @torch.no_grad()
 def _answer(ctrl: MCController, ids: Tensor, value_len: int, variant: str, n_edits: int,
-            span: tuple[int, int], generator: torch.Generator) -> tuple[bool, int]:
-    """Greedy answer of one session variant: ``(exact, edits)``. ``n_edits`` is LensNet's count (random)."""
+            span: tuple[int, int], generator: torch.Generator) -> tuple[bool, int, int]:
+    """Greedy answer of one session variant: ``(exact, edits, needle LOD after the refocus)``.
+    ``n_edits`` is LensNet's count (random)."""
     prompt, answer = ids[:-value_len], ids[-value_len:]
-    ctrl.begin_session(prompt)
+    s = ctrl.begin_session(prompt)
     if variant == "focused":
         edits = len(ctrl.refocus().edits)
     elif variant == "random":
@@ -48,12 +56,13 @@ def _answer(ctrl: MCController, ids: Tensor, value_len: int, variant: str, n_edi
         edits = oracle_refocus(ctrl, span)
     else:
         edits = 0
+    lod = needle_lod(s.wc, span)  # a failure with the needle at LOD0 is the base's copy; above it, the focus's
     out = []
     for _ in range(value_len):  # no refocus while answering: the layout chosen at the query stands
         tok = int(ctrl.next_token_logits().argmax())
         out.append(tok)
         ctrl.append(torch.tensor([tok]), refocus=False)
-    return out == answer.tolist(), edits
+    return out == answer.tolist(), edits, lod
 
 
 def long_range_lengths(cfg: RunConfig) -> list[int]:
@@ -86,7 +95,7 @@ def run_long_range(ctrl: MCController, cfg: RunConfig, *, progress: bool = False
         doc = make_long_doc(task, length, depth, SEED_OFFSET + cfg.train.seed * 10_000 + k, key_len=rc.key_len,
                             value_len=rc.value_len, n_needles=lr.n_needles, tokenizer=tok)
         row = {"task": task, "length": length, "depth": depth, "doc": k, "answer": doc.answer,
-               "exact": {}, "edits": {}}
+               "exact": {}, "edits": {}, "needle_lod": {}}
         lensnet_edits = 0
         for variant in variants:
             if variant == "recency":
@@ -94,10 +103,10 @@ def run_long_range(ctrl: MCController, cfg: RunConfig, *, progress: bool = False
                                                          value_len=rc.value_len)["exact"])
                 continue
             gen = torch.Generator().manual_seed(SEED_OFFSET + k)
-            exact, edits = _answer(ctrl, doc.ids, rc.value_len, variant, lensnet_edits, doc.queried_span, gen)
+            exact, edits, lod = _answer(ctrl, doc.ids, rc.value_len, variant, lensnet_edits, doc.queried_span, gen)
             if variant == "focused":
                 lensnet_edits = edits
-            row["exact"][variant], row["edits"][variant] = exact, edits
+            row["exact"][variant], row["edits"][variant], row["needle_lod"][variant] = exact, edits, lod
         rows.append(row)
         if bar is not None:
             bar.update(1)
@@ -111,10 +120,13 @@ def run_long_range(ctrl: MCController, cfg: RunConfig, *, progress: bool = False
                 for variant in variants:
                     ci = proportion_ci([r["exact"][variant] for r in sel])
                     edits = [r["edits"][variant] for r in sel if variant in r["edits"]]
+                    lods = [r["needle_lod"][variant] for r in sel if variant in r["needle_lod"]]
                     cells.append({"task": task, "length": length, "multiple": length // cfg.model.max_seq_len,
                                   "depth": depth, "variant": variant, "accuracy": ci["mean"], "lo": ci["lo"],
                                   "hi": ci["hi"], "n": len(sel),
-                                  "edits_per_refocus": (sum(edits) / len(edits)) if edits else None})
+                                  "edits_per_refocus": (sum(edits) / len(edits)) if edits else None,
+                                  # share of documents whose needle the layout holds at LOD0 when the answer starts
+                                  "needle_at_lod0": (sum(x == 0 for x in lods) / len(lods)) if lods else None})
     return {"base_window": cfg.model.max_seq_len, "budget": budget, "lengths": long_range_lengths(cfg),
             "depths": list(lr.depths), "tasks": list(lr.tasks), "variants": variants,
             "compression": {str(n): round(n / budget, 2) for n in long_range_lengths(cfg)},
