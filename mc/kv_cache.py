@@ -30,7 +30,7 @@ def slot_keys(entries: Sequence[tuple[int, int]], positions: Sequence[float]) ->
 def first_changed(cached: Sequence[SlotKey], current: Sequence[SlotKey]) -> int:
     """Index of the first slot whose entry differs (= the length of the common prefix)."""
     n = min(len(cached), len(current))
-    if list(cached[:n]) == list(current[:n]):  # the decode step's case, compared in C rather than a Python loop
+    if cached[:n] == current[:n]:  # the decode step's case (two lists), compared in C rather than a Python loop
         return n
     for i in range(n):
         if cached[i] != current[i]:

@@ -117,10 +117,11 @@ class IncrementalBasePositions:
         if prev is not None and positions == prev:  # nothing changed since the last call (compared in C)
             return self._last_out
         n = positions[-1] + 1.0 if positions else 0.0
+        cut = self._cut(n)
         if (self.mode != "global" and prev is not None and len(positions) == len(prev) + 1
                 and self.window < prev[-1] + 1.0 and n < self._EXACT_LIMIT
-                and self._cut(n) == self._cut(prev[-1] + 1.0) and positions[:-1] == prev):
-            out = [*self._last_out, positions[-1] - self._cut(n) + self.start]
+                and cut == self._cut(prev[-1] + 1.0) and positions[:-1] == prev):
+            out = [*self._last_out, positions[-1] - cut + self.start]
         else:
             out = base_positions_list(positions, mode=self.mode, window=self.window, recent=self.recent)
         self._last_in, self._last_out = positions, out

@@ -42,7 +42,7 @@ from mc.data.loader import RecallSource
 from mc.nets.gpt import next_token_loss
 from mc.nets.losses import tail_loss_mask
 from mc.train.checkpoint import load_checkpoint
-from mc.train.common import fit_recall
+from mc.data.recall import fit_recall
 from mc.train.stage1 import train_stage1
 from mc.train.stage2 import train_stage2
 

@@ -13,7 +13,8 @@ from mc.config import (DataConfig, EvalConfig, GistNetConfig, LensNetConfig, MCC
                        RunConfig, StageConfig, TelemetryConfig, TrainConfig)
 from mc.nets.gpt import GPT
 from mc.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from mc.train.common import fit_recall, read_metrics
+from mc.data.recall import fit_recall
+from mc.train.common import read_metrics
 from mc.train.optim import lr_at, make_optimizer
 from mc.train.stage1 import train_stage1
 from mc.train.stage2 import train_stage2

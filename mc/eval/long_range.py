@@ -30,7 +30,7 @@ from mc.controller import MCController
 from mc.data.hf_tokenizer import tokenizer_for
 from mc.data.long_tasks import make_long_doc
 from mc.eval.baselines import lod0_answer
-from mc.eval.focus_policies import oracle_refocus, random_refocus
+from mc.eval.focus_policies import oracle_refocus, random_refocus, span_scores
 from mc.eval.stats import proportion_ci
 
 SEED_OFFSET = 1_000_000  # sweep documents never share a seed with training or the main evaluation
@@ -38,7 +38,7 @@ SEED_OFFSET = 1_000_000  # sweep documents never share a seed with training or t
 
 def needle_lod(wc, span: tuple[int, int]) -> int:
     """The coarsest LOD among the working-context entries covering tokens ``span`` (0: all at full detail)."""
-    return max(wc[i][0] for i in range(len(wc)) if wc.span(i)[0] < span[1] and wc.span(i)[1] > span[0])
+    return max(wc[int(i)][0] for i in span_scores(wc, *span).nonzero().flatten())
 
 
 @torch.no_grad()

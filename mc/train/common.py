@@ -20,7 +20,7 @@ from mc.build import resolve_device
 from mc.config import RecallConfig, RunConfig, to_dict, with_defaults
 from mc.data.hf_tokenizer import tokenizer_for
 from mc.data.loader import Stage2Sampler, make_source
-from mc.data.recall import fit_recall  # noqa: F401 (re-export: callers import it from here too)
+from mc.data.recall import fit_recall
 from mc.io import write_text
 from mc.train.tb_log import TensorBoardLog
 
