@@ -38,7 +38,8 @@ def build_nets(cfg: RunConfig, device: torch.device) -> tuple[GPT, GistNet, Lens
         torch.manual_seed(cfg.train.seed)  # the aux nets' init does not depend on what loading drew
     else:
         base = GPT(cfg.model).to(device)
-    gistnet = GistNet(cfg.gistnet, cfg.model.d_model, cfg.mc.block_size).to(device)
+    content_vocab = cfg.model.vocab_size if cfg.gistnet.content_loss_weight else 0
+    gistnet = GistNet(cfg.gistnet, cfg.model.d_model, cfg.mc.block_size, content_vocab=content_vocab).to(device)
     lensnet = LensNet(cfg.lensnet, cfg.model.d_model, cfg.mc.block_size, cfg.mc.max_lod).to(device)
     return base, gistnet, lensnet
 

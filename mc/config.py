@@ -58,6 +58,9 @@ class GistNetConfig:
     n_layers: int = 2
     n_heads: int = 4
     pooling: str = "mean_mlp"  # "mean_mlp" (mean + MLP residual) or "query" (learned query)
+    # Stage 2: weight of the content loss, a linear head on every gist predicting which vocabulary items occur in its
+    # span (multi-label), so coarse gists keep rare tokens such as a record's key (0 = off; obsidian GistNet)
+    content_loss_weight: float = 0.0
 
 
 @dataclass
@@ -86,6 +89,9 @@ class MCConfig:
     guided_variants: int = 0
     focus_loss_weight: float = 0.0  # recall sequences: weight of the loss ranking the record's gist first (0 = off)
     lens_loss_weight: float = 1.0  # weight of the LensNet preference loss in the stage-2 total
+    # LensNet's losses also train GistNet (the gists LensNet reads are not detached), so GistNet keeps in its coarse
+    # gists what LensNet needs to rank them, e.g. a record's key (obsidian GistNet, "What trains GistNet")
+    lens_trains_gist: bool = False
     pref_beta: float = 2.0  # logistic sharpness of the per-entry preference loss (2: scores clear the allocator thresholds)
     min_loss_gap: float = 1e-3  # pairs whose loss gap is smaller carry no preference
     freeze_base: bool = True  # stage 2 leaves the base model frozen

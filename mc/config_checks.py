@@ -54,6 +54,11 @@ def validate(cfg: RunConfig) -> RunConfig:
         if n.d_model % n.n_heads:
             _fail(f"{net}.n_heads", n.n_heads, f"must divide {net}.d_model ({n.d_model})")
     _choice("gistnet.pooling", cfg.gistnet.pooling, GIST_POOLINGS)
+    w = cfg.gistnet.content_loss_weight
+    if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0.0 <= w < 1e3:
+        _fail("gistnet.content_loss_weight", w, "expected a number >= 0 (0 = off)")
+    if w and m.source == "hf":  # its head is [D, vocab]: with a 32k-150k vocabulary the targets alone are too big
+        _fail("gistnet.content_loss_weight", w, "is for the built-in byte-level base only; keep 0 with model=hf")
 
     mc = cfg.mc
     for k in ("block_size", "max_lod", "max_entries", "recent_tokens", "history_tokens"):
@@ -62,6 +67,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     _positive("mc.recent_tokens", mc.recent_tokens, 2, " (the shared tail must hold a next-token prediction)")
     _positive("mc.n_random_variants", mc.n_random_variants, 1, " (pairs need two variants)")
     _positive("mc.guided_variants", mc.guided_variants, 0, " (0 = random variants only)")
+    if not isinstance(mc.lens_trains_gist, bool):
+        _fail("mc.lens_trains_gist", mc.lens_trains_gist, "expected true or false")
     if isinstance(mc.focus_loss_weight, bool) or not isinstance(mc.focus_loss_weight, (int, float)) \
             or not 0.0 <= mc.focus_loss_weight < 1e3:
         _fail("mc.focus_loss_weight", mc.focus_loss_weight, "expected a number >= 0 (0 = off)")

@@ -33,7 +33,7 @@ from mc.inputs import finite_logits, token_batch, token_ids
 from mc.nets.gistnet import GistNet
 from mc.nets.gpt import GPT
 from mc.nets.lensnet import LensNet
-from mc.nets.losses import PreferenceResult, focus_loss, preference_loss, shared_tail_loss
+from mc.nets.losses import PreferenceResult, focus_loss, gist_content_loss, preference_loss, shared_tail_loss
 from mc.nets.positional import lod_rotary_cos_sin
 from mc.positions import base_positions
 from mc.session import InferenceSession, RefocusRecord
@@ -171,7 +171,9 @@ class MCController:
         logits = self.base_logits(embeds, p.positions, p.lods, mask)
         tail = shared_tail_loss(logits, p.token_ids, p.lengths, mc.recent_tokens)  # [R]
         num_tokens = torch.full((b * v,), float(t), device=self.device)
-        scores = self._run_lensnet_batched(embeds.detach(), mask, p.positions, p.lods, num_tokens)  # [R, W]
+        # Detached by default: LensNet's losses train LensNet only; with mc.lens_trains_gist they reach GistNet too.
+        lens_in = embeds if mc.lens_trains_gist else embeds.detach()
+        scores = self._run_lensnet_batched(lens_in, mask, p.positions, p.lods, num_tokens)  # [R, W]
         pref = preference_loss(scores.view(b, v, w), mask.view(b, v, w), p.positions.view(b, v, w),
                                p.lods.view(b, v, w), p.lod_map, tail.detach().view(b, v),
                                block_size=mc.block_size, beta=mc.pref_beta, min_gap=mc.min_loss_gap)
@@ -181,6 +183,9 @@ class MCController:
             rank = focus_loss(scores.view(b, v, w), mask.view(b, v, w), p.positions.view(b, v, w), p.lods.view(b, v, w),
                               p.focus_span, block_size=mc.block_size)
             total = total + mc.focus_loss_weight * rank
+        if self.cfg.gistnet.content_loss_weight:  # coarse gists keep rare tokens (obsidian GistNet, "Content loss")
+            content = gist_content_loss(levels[1:], p.ids, self.gistnet.content_head, mc.block_size)
+            total = total + self.cfg.gistnet.content_loss_weight * content
         return TrainStepOutput(total=total, lm_loss=lm_loss, tail_losses=tail.detach().view(b, v),
                                preference=pref, scores=scores)
 

@@ -3,8 +3,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mc.nets.losses import (FOCUS_SCALE, entry_spans, focus_loss, pair_indices, preference_loss, shared_tail_loss,
-                             tail_loss_mask)
+from mc.nets.losses import (FOCUS_SCALE, entry_spans, focus_loss, gist_content_loss, pair_indices, preference_loss,
+                             shared_tail_loss, span_token_presence, tail_loss_mask)
 
 
 def test_tail_mask_marks_only_shared_targets():
@@ -119,3 +119,35 @@ def test_focus_loss_ranks_the_gist_over_the_span_first_and_ignores_corpus_rows()
     assert float(focus_loss(scores.detach(), mask, pos, lods, torch.tensor([[12, 14]]), block_size=k)) == 0.0
     with pytest.raises(ValueError, match="span"):
         focus_loss(scores, mask, pos, lods, torch.tensor([5, 7]), block_size=k)
+
+
+def test_span_token_presence_marks_exactly_the_tokens_under_each_gist():
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 12, (2, 32), generator=gen)
+    lv1, lv2 = span_token_presence(ids, 12, block_size=4, max_lod=2)
+    assert lv1.shape == (2, 8, 12) and lv2.shape == (2, 2, 12)
+    for b in range(2):
+        for i in range(8):
+            assert set(lv1[b, i].nonzero().flatten().tolist()) == set(ids[b, 4 * i:4 * i + 4].tolist())
+        for i in range(2):
+            assert set(lv2[b, i].nonzero().flatten().tolist()) == set(ids[b, 16 * i:16 * i + 16].tolist())
+
+
+def test_gist_content_loss_is_low_for_gists_that_encode_their_tokens_and_trains_head_and_gists():
+    gen = torch.Generator().manual_seed(0)
+    vocab, k = 10, 2
+    ids = torch.randint(0, vocab, (3, 8), generator=gen)
+    lv1, lv2 = span_token_presence(ids, vocab, k, 2)
+    head = torch.nn.Linear(vocab, vocab)
+    with torch.no_grad():
+        head.weight.copy_(torch.eye(vocab) * 20.0)
+        head.bias.fill_(-10.0)
+    # Gists that are their own presence vectors: the identity head reads them perfectly (logit +-10).
+    perfect = gist_content_loss([lv1.float(), lv2.float()], ids, head, k)
+    blank = gist_content_loss([torch.zeros_like(lv1, dtype=torch.float), torch.zeros_like(lv2, dtype=torch.float)],
+                              ids, head, k)
+    assert perfect < 1e-3 < 1.0 < blank
+    g1 = torch.randn(3, 4, vocab, generator=gen).requires_grad_()
+    g2 = torch.randn(3, 2, vocab, generator=gen).requires_grad_()
+    gist_content_loss([g1, g2], ids, head, k).backward()
+    assert g1.grad.abs().sum() > 0 and g2.grad.abs().sum() > 0 and head.weight.grad.abs().sum() > 0

@@ -396,3 +396,43 @@ def test_reentrance_record_policy_proceeds_but_still_reports_and_does_not_mark(m
     assert [(e["net"], e["action"]) for e in events] == [("lensnet", "recorded only")]
     assert len(mark_log) == marks0
     assert "REENTRANCE x1" in c.telemetry.debug_line(c.telemetry.end_step())
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_lens_trains_gist_decides_whether_lensnet_losses_reach_gistnet(on):
+    """mc.lens_trains_gist: off, LensNet's preference loss leaves GistNet without gradient (its input is
+    detached); on, the same loss reaches every GistNet parameter, through the gists LensNet reads."""
+    cfg = tiny_config("off")
+    cfg.mc.lens_trains_gist = on
+    base, gist, lens = build_nets(cfg, torch.device("cpu"))
+    c = MCController(cfg, base, gist, lens)
+    gen = torch.Generator().manual_seed(0)
+    out = c.train_step(torch.randint(0, 256, (2, 64), generator=gen), gen)
+    assert out.preference.active_pairs.item() > 0, "no active preference pair: the test would prove nothing"
+    out.preference.loss.backward()  # the LensNet loss alone, not the LM loss that trains GistNet anyway
+    grads = [p.grad for p in gist.parameters()]
+    if on:
+        assert all(g is not None and g.abs().sum() > 0 for g in grads)
+    else:
+        assert all(g is None or g.abs().sum() == 0 for g in grads)
+    assert all(p.grad is not None for p in lens.parameters() if p.requires_grad)
+
+
+def test_content_loss_adds_to_the_stage2_total_and_trains_the_content_head():
+    """gistnet.content_loss_weight > 0: GistNet gets a content head (absent at 0), the step's total grows by
+    the weighted content loss, and the head gets gradient from the total."""
+    cfg = tiny_config("off")
+    base, gist_off, lens = build_nets(cfg, torch.device("cpu"))
+    assert gist_off.content_head is None
+    totals = {}
+    for w in (0.0, 0.5):
+        cfg.gistnet.content_loss_weight = w
+        base, gist, lens = build_nets(cfg, torch.device("cpu"))
+        c = MCController(cfg, base, gist, lens)
+        gen = torch.Generator().manual_seed(0)
+        out = c.train_step(torch.randint(0, 256, (2, 64), generator=gen), gen)
+        totals[w] = float(out.total)
+        if w:
+            out.total.backward()
+            assert gist.content_head.weight.grad.abs().sum() > 0
+    assert totals[0.5] > totals[0.0] + 1.0  # the content loss at init is ~0.69 per vocabulary item

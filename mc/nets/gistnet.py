@@ -12,6 +12,9 @@ Architecture (width ``cfg.d_model`` = d inside):
     "query":    one learned query attends over the K slots (multi-head);
   RMSNorm, out-projection d -> D, and a residual of the plain mean of the *inputs*.
 
+With ``content_vocab > 0`` it also owns ``content_head`` (Linear D -> content_vocab), read only by stage 2's
+content loss (:func:`mc.nets.losses.gist_content_loss`), never by ``forward``.
+
 Init: the out-projection is tiny (std 1e-3, bias 0), so at step 0 the output is the mean of the
 K inputs plus a perturbation of about 1e-3*sqrt(d) per element: a sensible gist from the first
 step and never all-zero for non-zero input. It is deliberately not exactly zero: a zero
@@ -34,7 +37,7 @@ from mc.config import GIST_POOLINGS, GistNetConfig
 class GistNet(nn.Module):
     """[N, K, D] blocks -> [N, D] gists (see the module docstring)."""
 
-    def __init__(self, cfg: GistNetConfig, embed_dim: int, block_size: int) -> None:
+    def __init__(self, cfg: GistNetConfig, embed_dim: int, block_size: int, *, content_vocab: int = 0) -> None:
         super().__init__()
         if cfg.pooling not in GIST_POOLINGS:
             raise ValueError(f"gistnet.pooling={cfg.pooling!r} is not one of {GIST_POOLINGS}")
@@ -67,6 +70,9 @@ class GistNet(nn.Module):
         # upstream parameter from the first step (see the module docstring).
         nn.init.normal_(self.out_proj.weight, std=1e-3)
         nn.init.zeros_(self.out_proj.bias)
+        # Training only (stage 2's content loss, mc.nets.losses.gist_content_loss): gist [D] -> which of
+        # content_vocab tokens occur under it. Not part of forward; absent when the loss is off.
+        self.content_head = nn.Linear(embed_dim, content_vocab) if content_vocab > 0 else None
 
     def _check(self, blocks: Tensor) -> None:
         if blocks.dim() != 3:

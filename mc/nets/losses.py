@@ -174,3 +174,42 @@ def focus_loss(scores_bvw: Tensor, mask_bvw: Tensor, positions_bvw: Tensor, lods
     lse_tgt = torch.logsumexp(logits.masked_fill(~over, neg_inf), dim=-1)
     rows = over.any(-1).to(logits.dtype)  # [B, V]
     return ((lse_all - lse_tgt) * rows).sum() / rows.sum().clamp_min(1.0)
+
+
+def span_token_presence(ids_bt: Tensor, vocab: int, block_size: int, max_lod: int) -> list[Tensor]:
+    """Per tree level 1..max_lod, ``[B, T / K**L, vocab]`` bool: which token ids occur under each gist's span.
+    Level L is built from level L-1 by an ``any`` over K siblings, as the tree builds its gists."""
+    b, t = ids_bt.shape
+    # scatter, not F.one_hot: no host sync for a range check (the ids already went through the base's embedding)
+    present = torch.zeros(b, t, vocab, dtype=torch.bool, device=ids_bt.device)
+    present.scatter_(2, ids_bt.unsqueeze(-1), True)  # [B, T, V]
+    out = []
+    for _ in range(max_lod):
+        present = present.view(b, present.shape[1] // block_size, block_size, vocab).any(dim=2)
+        out.append(present)
+    return out
+
+
+def gist_content_loss(gists_by_level: list[Tensor], ids_bt: Tensor, head: torch.nn.Module, block_size: int) -> Tensor:
+    """Content loss of the gists: from each gist, a linear ``head`` predicts which vocabulary items occur
+    in its span, a multi-label BCE balanced per vocabulary item, summed over the vocabulary, averaged over
+    gists, then over levels.
+
+    ``gists_by_level[L-1]`` is level L, ``[B, T / K**L, D]``. Why: nothing else asks a coarse gist to keep a
+    rare token. The LM loss reads gists only through the base's next-token predictions, and a 512-token
+    gist's record key did not survive that (a linear probe read its first letter at chance). Why balanced:
+    a token that occurs under one gist in a hundred (a record's key letter) would otherwise weigh a hundredth
+    of one that occurs under half of them, and an unbalanced head learnt to say "absent" (p = 0.1 on the key
+    letters that were there, at every level). Each item's present and absent cases weigh half each, the
+    weights taken from this batch's own frequencies at that level (clamped to one gist in N)."""
+    targets = span_token_presence(ids_bt, head.out_features, block_size, len(gists_by_level))
+    losses = []
+    for gists_bnd, target_bnv in zip(gists_by_level, targets):
+        logits = head(gists_bnd)  # [B, N, V]
+        y = target_bnv.to(logits.dtype)
+        n = y.shape[0] * y.shape[1]
+        freq_v = y.mean(dim=(0, 1)).clamp(1.0 / n, 1.0 - 1.0 / n)  # [V] share of gists holding the item
+        weight_bnv = torch.where(target_bnv, 0.5 / freq_v, 0.5 / (1.0 - freq_v))
+        bce = F.binary_cross_entropy_with_logits(logits, y, weight=weight_bnv, reduction="none")
+        losses.append(bce.sum(-1).mean())
+    return torch.stack(losses).mean()
