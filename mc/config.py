@@ -70,6 +70,10 @@ class LensNetConfig:
     d_model: int = 128
     n_layers: int = 2
     n_heads: int = 4
+    # Add a match term to every entry's logit: <q(h_last), k(h_entry)> / sqrt(d), h_last the final hidden state of
+    # the context's last real entry (what is being read now, e.g. a query's key), so "this gist holds what the
+    # reader asks for" is one dot product instead of something the blocks must build (obsidian LensNet)
+    query_match: bool = False
 
 
 @dataclass

@@ -54,6 +54,8 @@ def validate(cfg: RunConfig) -> RunConfig:
         if n.d_model % n.n_heads:
             _fail(f"{net}.n_heads", n.n_heads, f"must divide {net}.d_model ({n.d_model})")
     _choice("gistnet.pooling", cfg.gistnet.pooling, GIST_POOLINGS)
+    if not isinstance(cfg.lensnet.query_match, bool):
+        _fail("lensnet.query_match", cfg.lensnet.query_match, "expected true or false")
     w = cfg.gistnet.content_loss_weight
     if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0.0 <= w < 1e3:
         _fail("gistnet.content_loss_weight", w, "expected a number >= 0 (0 = off)")

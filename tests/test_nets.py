@@ -19,9 +19,9 @@ def make_gist(pooling: str = "mean_mlp", seed: int = 0) -> GistNet:
     return GistNet(GistNetConfig(d_model=32, n_layers=2, n_heads=4, pooling=pooling), D, K)
 
 
-def make_lens(seed: int = 0) -> LensNet:
+def make_lens(seed: int = 0, query_match: bool = False) -> LensNet:
     torch.manual_seed(seed)
-    return LensNet(LensNetConfig(d_model=32, n_layers=2, n_heads=4), D, K, MAX_LOD)
+    return LensNet(LensNetConfig(d_model=32, n_layers=2, n_heads=4, query_match=query_match), D, K, MAX_LOD)
 
 
 def lens_inputs(lengths: list[int], width: int, seed: int = 1) -> dict[str, torch.Tensor]:
@@ -154,8 +154,9 @@ def test_gistnet_query_pooling_learns_a_different_gist():
 # ----------------------------------------------------------------------------- LensNet
 
 
-def test_lensnet_shapes_range_and_padding_zero():
-    net = make_lens()
+@pytest.mark.parametrize("query_match", [False, True])
+def test_lensnet_shapes_range_and_padding_zero(query_match):
+    net = make_lens(query_match=query_match)
     inp = lens_inputs([10, 6], width=12)
     scores = net(**inp)
     logits = net.logits(**inp)
@@ -166,8 +167,9 @@ def test_lensnet_shapes_range_and_padding_zero():
     assert (scores[inp["mask"]] != 0).all()
 
 
-def test_lensnet_padding_invariance():
-    net = make_lens()
+@pytest.mark.parametrize("query_match", [False, True])
+def test_lensnet_padding_invariance(query_match):
+    net = make_lens(query_match=query_match)
     inp = lens_inputs([10, 6, 1], width=10)
     base = net(**inp)
     for extra, fill in ((1, 0.0), (6, 3.0), (22, float("nan"))):
@@ -177,16 +179,18 @@ def test_lensnet_padding_invariance():
         assert (padded[:, 10:] == 0).all()
 
 
-def test_lensnet_padding_invariance_in_train_mode_and_rows_independent():
-    net = make_lens().train()
+@pytest.mark.parametrize("query_match", [False, True])
+def test_lensnet_padding_invariance_in_train_mode_and_rows_independent(query_match):
+    net = make_lens(query_match=query_match).train()
     inp = lens_inputs([9, 4], width=9)
     both = net(**inp)
     one = net(**{k: v[1:2] for k, v in inp.items()})
     torch.testing.assert_close(both[1:2], one, rtol=0, atol=1e-5)
 
 
-def test_lensnet_empty_row_has_no_nan():
-    net = make_lens()
+@pytest.mark.parametrize("query_match", [False, True])
+def test_lensnet_empty_row_has_no_nan(query_match):
+    net = make_lens(query_match=query_match)
     inp = lens_inputs([5, 0], width=8)
     scores = net(**inp)
     assert torch.isfinite(scores).all()
@@ -240,8 +244,9 @@ def test_lensnet_bad_config_raises():
         LensNet(LensNetConfig(d_model=32, n_heads=4), D, K, 0)
 
 
-def test_lensnet_gradients_reach_every_parameter():
-    net = make_lens()
+@pytest.mark.parametrize("query_match", [False, True])
+def test_lensnet_gradients_reach_every_parameter(query_match):
+    net = make_lens(query_match=query_match)
     inp = lens_inputs([10, 7], width=12)
     target = torch.randn(2, 12)
     loss = ((net(**inp) - target) ** 2 * inp["mask"]).sum()
@@ -257,3 +262,21 @@ def test_lensnet_buffers_follow_dtype_and_are_not_in_state_dict():
     net64 = make_lens().double()
     inp = {k: (v.double() if v.is_floating_point() else v) for k, v in lens_inputs([5], width=6).items()}
     assert net64(**inp).dtype == torch.float64
+
+
+def test_lensnet_query_match_adds_a_term_that_vanishes_with_a_zero_query():
+    """query_match adds <q(h_last), k(h_i)> / sqrt(d) to every logit: with q = 0 the scores equal a plain
+    LensNet's with the same weights; with q != 0 every real entry's logit moves, padding stays 0. That the
+    term reads the last *real* entry, not a padded one, is what the padding-invariance tests check."""
+    net = make_lens(query_match=True)
+    plain = make_lens(query_match=False)
+    plain.load_state_dict({k: v for k, v in net.state_dict().items() if not k.startswith("match_")})
+    inp = lens_inputs([9, 5], width=10)
+    with torch.no_grad():
+        net.match_q.weight.zero_()
+        net.match_q.bias.zero_()
+        torch.testing.assert_close(net(**inp), plain(**inp), rtol=0, atol=1e-6)
+        net.match_q.weight.normal_(0, 0.5)
+        net.match_q.bias.normal_(0, 0.5)
+        term = net.logits(**inp) - plain.logits(**inp)
+    assert (term[inp["mask"]].abs() > 0).all() and (term[~inp["mask"]] == 0).all()

@@ -62,7 +62,8 @@ if net_name == "gist":
     with torch.no_grad():  # make the learned path matter (it is exactly zero at init)
         net.out_proj.weight.normal_(0.0, 0.1)
 else:
-    net = LensNet(LensNetConfig(d_model=32, n_layers=2, n_heads=4), D, K, MAX_LOD)
+    net = LensNet(LensNetConfig(d_model=32, n_layers=2, n_heads=4, query_match=bool(spec.get("query_match"))),
+                  D, K, MAX_LOD)
 net = net.to(device)
 compiled = torch.compile(net, fullgraph=True, dynamic=False, mode=mode)
 
@@ -154,6 +155,7 @@ print("RESULT " + json.dumps(result))
 SPECS = {
     "gist_mean_mlp": {"net": "gist", "pooling": "mean_mlp"},
     "lens": {"net": "lens"},
+    "lens_query_match": {"net": "lens", "query_match": True},
 }
 
 

@@ -20,7 +20,9 @@ Per-entry features, computed inside from those tensors (no Python arithmetic on 
   with span_end = position + (width + 1) / 2 (exclusive end), each clamped to [0, 1].
 They pass through a small BidirectionalMLP and are added to the projected (RMS-normalised) embeddings; then
 ``cfg.n_layers`` bidirectional blocks with the key-padding mask, a norm and a linear head give the
-logits; ``forward`` returns ``tanh(logits)``.
+logits; ``forward`` returns ``tanh(logits)``. With ``cfg.query_match`` a match term is added to every
+logit: ``<q(h_last), k(h_i)> / sqrt(d)`` with ``h_last`` the final hidden state of the row's last real entry
+(the index ``mask.sum(1) - 1`` is gathered as a tensor: no host read).
 
 Padding: padded keys are masked out of attention and padded embeddings/features are zeroed
 before use (so garbage or NaN in padding slots cannot leak through ``0 * NaN``); padded outputs
@@ -74,6 +76,12 @@ class LensNet(nn.Module):
         self.blocks = nn.ModuleList(BidirectionalBlock(d, cfg.n_heads, cfg.n_layers) for _ in range(cfg.n_layers))
         self.out_norm = nn.RMSNorm(d)
         self.head = nn.Linear(d, 1)
+        self.match_q = nn.Linear(d, d) if cfg.query_match else None
+        self.match_k = nn.Linear(d, d) if cfg.query_match else None
+        if cfg.query_match:
+            init_linear(self.match_q)
+            init_linear(self.match_k)
+            self.register_buffer("match_scale", torch.tensor(1.0 / math.sqrt(d)), persistent=False)
         # Small but non-zero: scores start near 0 (no edits asked for) while every parameter
         # still gets gradient from the first backward.
         init_linear(self.head)
@@ -135,7 +143,13 @@ class LensNet(nn.Module):
         key_mask_bw = mask | ~mask.any(dim=1, keepdim=True)
         for block in self.blocks:
             h_bwd = block(h_bwd, key_mask=key_mask_bw)
-        logits_bw = self.head(self.out_norm(h_bwd)).squeeze(-1)  # [B, W]
+        h_bwd = self.out_norm(h_bwd)
+        logits_bw = self.head(h_bwd).squeeze(-1)  # [B, W]
+        if self.match_q is not None:
+            last_b = (mask.sum(dim=1) - 1).clamp(min=0)  # [B] index of the last real entry
+            h_last_bd = h_bwd.gather(1, last_b.view(-1, 1, 1).expand(-1, 1, h_bwd.shape[2])).squeeze(1)
+            q_bd = self.match_q(h_last_bd)
+            logits_bw = logits_bw + torch.einsum("bd,bwd->bw", q_bd, self.match_k(h_bwd)) * self.match_scale
         return torch.where(mask, logits_bw, torch.zeros_like(logits_bw))
 
     def forward(self, embeds: Tensor, mask: Tensor, positions: Tensor, lods: Tensor, num_tokens: Tensor) -> Tensor:
