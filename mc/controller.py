@@ -20,8 +20,6 @@ already cloned. See obsidian "Compiled boundary".
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 
@@ -33,25 +31,14 @@ from mc.inputs import finite_logits, token_batch, token_ids
 from mc.nets.gistnet import GistNet
 from mc.nets.gpt import GPT
 from mc.nets.lensnet import LensNet
-from mc.nets.losses import PreferenceResult, focus_loss, gist_content_loss, preference_loss, shared_tail_loss
+from mc.nets.losses import focus_loss, gist_content_loss, preference_loss, shared_tail_loss
 from mc.nets.positional import lod_rotary_cos_sin
 from mc.positions import base_positions
 from mc.session import InferenceSession, RefocusRecord
 from mc.tree import gist_levels
 from mc.gather import gather_planned
-from mc.step_plan import Spans, StepPlan, plan_micro_step
+from mc.step_plan import Spans, StepPlan, TrainStepOutput, plan_micro_step
 from mc.working_context import MaterializedWC, WCBuffer, bucket_for
-
-
-@dataclass
-class TrainStepOutput:
-    """Everything one stage-2 micro-step produced (tensors stay on the device, no syncs)."""
-
-    total: Tensor  # 0-d: lm + lens_loss_weight * preference (call .backward() on this)
-    lm_loss: Tensor  # 0-d: mean shared-tail loss over all variants (trains GistNet)
-    tail_losses: Tensor  # [B, V] detached: per-variant shared-tail loss (variant 0 = baseline)
-    preference: PreferenceResult  # LensNet's pairwise loss and accuracy
-    scores: Tensor  # [B*V, W] LensNet scores (the helper's clone)
 
 
 class MCController:

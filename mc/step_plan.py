@@ -1,6 +1,7 @@
 """Host half of a stage-2 micro-step: the variants, gather tables and LOD maps, as CPU tensors.
 
-Owns :class:`StepPlan` and :func:`plan_micro_step`: everything a micro-step decides in Python
+Owns :class:`StepPlan` and :func:`plan_micro_step` (and :class:`TrainStepOutput`, what the device half
+returns): everything a micro-step decides in Python
 (which working contexts each of the B sequences is read through, where every entry's embedding
 comes from, the tokens the shared-tail loss scores, the LOD covering each token). It does no
 device work, so it can run for the next micro-step while the device runs the current one
@@ -17,6 +18,7 @@ import torch
 from torch import Tensor
 
 from mc.config import MCConfig
+from mc.nets.losses import PreferenceResult
 from mc.gather import gather_tables, token_ids_of
 from mc.variants import sample_variants
 
@@ -80,3 +82,14 @@ def plan_micro_step(ids_bt: Tensor, mc: MCConfig, bucket: int, generator: torch.
                     focus_span=torch.tensor([list(sp) if sp is not None else [-1, -1]
                                              for sp in (focus_spans or [None] * b)], dtype=torch.long).view(b, 2))
     return plan.pinned() if pin else plan
+
+
+@dataclass
+class TrainStepOutput:
+    """Everything one stage-2 micro-step produced (tensors stay on the device, no syncs)."""
+
+    total: Tensor  # 0-d: lm + lens_loss_weight * preference + the weighted focus and content losses (backward this)
+    lm_loss: Tensor  # 0-d: mean shared-tail loss over all variants (trains GistNet)
+    tail_losses: Tensor  # [B, V] detached: per-variant shared-tail loss (variant 0 = baseline)
+    preference: PreferenceResult  # LensNet's pairwise loss and accuracy
+    scores: Tensor  # [B*V, W] LensNet scores (the helper's clone)
