@@ -170,7 +170,7 @@ class MCController:
             rank = focus_loss(scores.view(b, v, w), mask.view(b, v, w), p.positions.view(b, v, w), p.lods.view(b, v, w),
                               p.focus_span, block_size=mc.block_size)
             total = total + mc.focus_loss_weight * rank
-        if self.cfg.gistnet.content_loss_weight:  # coarse gists keep rare tokens (obsidian GistNet, "Content loss")
+        if self.cfg.gistnet.content_loss_weight:  # coarse gists keep rare tokens (obsidian GistNet)
             content = gist_content_loss(levels[1:], p.ids, self.gistnet.content_head, mc.block_size)
             total = total + self.cfg.gistnet.content_loss_weight * content
         return TrainStepOutput(total=total, lm_loss=lm_loss, tail_losses=tail.detach().view(b, v),
