@@ -12,18 +12,24 @@ Row ``r`` of the tables belongs to sequence ``r // V``. The flat embedding table
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Protocol, Sequence
 
 import torch
 from torch import Tensor
 
 from mc.config import PAD_ID
 
-if TYPE_CHECKING:
-    from mc.working_context import WorkingContext
+class TiledContext(Protocol):
+    """What the tables read of a working context (``mc.working_context.WorkingContext`` is one). A Protocol, not
+    an import: ``mc.working_context`` imports this module (through ``mc.materialize``), not the other way."""
+
+    num_tokens: int
+    max_lod: int
+    block_size: int
+    entries: list
 
 
-def gather_tables(wcs: Sequence["WorkingContext"], *, batch: int, tokens: int, max_lod: int, bucket: int) -> dict:
+def gather_tables(wcs: Sequence[TiledContext], *, batch: int, tokens: int, max_lod: int, bucket: int) -> dict:
     """Index tables of ``wcs`` (B*V of them, over ``batch`` sequences of ``tokens`` tokens), CPU tensors.
 
     Returns ``index [R, bucket]`` (row of the flat level table; the zero row for padding),

@@ -95,8 +95,8 @@ def _mock_controller(log: list, **alloc) -> MCController:
     return MCController(cfg, GPT(cfg.model), MockGistNet(log), MockLensNet(log))
 
 
-def _real_controller() -> MCController:
-    cfg = tiny_config("off")
+def _real_controller(cfg=None) -> MCController:
+    cfg = cfg or tiny_config("off")
     base, gist, lens = build_nets(cfg, torch.device("cpu"))
     return MCController(cfg, base, gist, lens)
 
@@ -404,8 +404,8 @@ def test_lens_trains_gist_decides_whether_lensnet_losses_reach_gistnet(on):
     detached); on, the same loss reaches every GistNet parameter, through the gists LensNet reads."""
     cfg = tiny_config("off")
     cfg.mc.lens_trains_gist = on
-    base, gist, lens = build_nets(cfg, torch.device("cpu"))
-    c = MCController(cfg, base, gist, lens)
+    c = _real_controller(cfg)
+    gist, lens = c.gistnet, c.lensnet
     gen = torch.Generator().manual_seed(0)
     out = c.train_step(torch.randint(0, 256, (2, 64), generator=gen), gen)
     assert out.preference.active_pairs.item() > 0, "no active preference pair: the test would prove nothing"
@@ -427,8 +427,8 @@ def test_content_loss_adds_to_the_stage2_total_and_trains_the_content_head():
     totals = {}
     for w in (0.0, 0.5):
         cfg.gistnet.content_loss_weight = w
-        base, gist, lens = build_nets(cfg, torch.device("cpu"))
-        c = MCController(cfg, base, gist, lens)
+        c = _real_controller(cfg)
+        gist = c.gistnet
         gen = torch.Generator().manual_seed(0)
         out = c.train_step(torch.randint(0, 256, (2, 64), generator=gen), gen)
         totals[w] = float(out.total)
