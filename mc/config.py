@@ -238,6 +238,9 @@ class LongRangeConfig:
 
     multiples: list[int] = field(default_factory=list)  # history lengths as multiples of model.max_seq_len ([] = off)
     depths: list[float] = field(default_factory=lambda: [0.1, 0.5, 0.9])  # needle depth buckets: early, middle, late
+    # each document's needle depth is uniform in depth +- this (clipped to [0, 1]): a bucket, not one token position
+    # whose alignment with the gist grid would decide the whole cell (obsidian Evaluation); 0 = the exact depth
+    depth_jitter: float = 0.05
     n_per_cell: int = 8  # documents per (task, length, depth) cell
     tasks: list[str] = field(default_factory=lambda: ["passkey", "multi_needle"])  # of mc.data.long_tasks.LONG_TASKS
     n_needles: int = 4  # records in a multi_needle document (one queried, the rest distractors)

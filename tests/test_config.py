@@ -37,6 +37,7 @@ def test_presets_resolve(preset):
         ("mc.lens_trains_gist=sometimes", "mc.lens_trains_gist"),
         ("gistnet.content_loss_weight=-1", "gistnet.content_loss_weight"),
         ("allocator.expand_top=-1", "allocator.expand_top"),
+        ("eval.long_range.depth_jitter=0.7", "eval.long_range.depth_jitter"),
         ("data.recall.stage1_min_tokens=-3", "data.recall.stage1_min_tokens"),
         ("allocator.expand_threshold=1.5", "allocator.expand_threshold"),
         ("compile.warmup_iters=2", "compile.warmup_iters"),

@@ -187,7 +187,9 @@ def test_long_range_sweep_section(tmp_path):
         assert {"task", "length", "depth", "variant", "accuracy", "n"} <= set(c) and c["n"] == 1
         assert c["task"] in ("passkey", "multi_needle") and 0.0 <= c["accuracy"] <= 1.0
     assert len(sec["rows"]) == 8
+    assert sec["depth_jitter"] == lr.depth_jitter > 0
     for r in sec["rows"]:
+        assert abs(r["needle_depth"] - r["depth"]) <= lr.depth_jitter + 1e-9  # a bucket around the depth
         assert r["edits"]["random"] <= r["edits"]["focused"]
         if r["depth"] < 0.5:  # an early needle sits inside a gist of the compressed layout
             assert r["edits"]["oracle"] >= 1, r

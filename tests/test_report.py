@@ -140,5 +140,9 @@ def test_report_long_range_section(tmp_path):
     assert "### Long-range sweep" in text
     assert "| focused | 50% (4), 2.0 edits, LOD0 50% | 50% (4), 2.0 edits, LOD0 50% |" in text
     assert "| oracle | 100% (4) | 100% (4) |" in text
+    assert "Needle depths: exact" in text  # an older eval.json: no depth_jitter key
+    ev["long_range"]["depth_jitter"] = 0.05
+    (tmp_path / "eval" / "eval.json").write_text(json.dumps(ev))
+    assert "spread over depth +- 0.05." in write_report(RunConfig(), tmp_path).read_text()
     if mc.app.plots.matplotlib_missing() is None:
         assert (tmp_path / "plots" / "long_range_passkey.png").stat().st_size > 2000

@@ -197,7 +197,9 @@ def _long_range(rep: _Report, lr: dict) -> None:
             + ", ".join(f"{n}: {c}x" for n, c in lr.get("compression", {}).items()) + ". Exact recall per cell "
             "(documents per cell in brackets); edits/refocus beside the focused and random numbers, and in how many "
             "documents the needle was at LOD0 when the answer began (a miss with the needle at LOD0 is the base's copy, "
-            "one without is the focus's).", "")
+            "one without is the focus's)."
+            + (f" Needle depths: each bucket's documents spread over depth +- {lr['depth_jitter']:g}."
+               if lr.get("depth_jitter") else " Needle depths: exact (every document of a cell at one position)."), "")
     for task in lr["tasks"]:
         rep.add(f"**{task}** (mean over depths {', '.join(f'{d:.0%}' for d in lr['depths'])})", "")
         rep.add("| variant | " + " | ".join(f"{n // lr['base_window']}x" for n in lr["lengths"]) + " |",

@@ -13,6 +13,12 @@ generated documents (:mod:`mc.data.long_tasks`) are read five ways at the same e
 * ``oracle``: the same session after expanding exactly the needle record to LOD0 (the upper
   bound of any focus policy at this budget).
 
+A depth is a bucket, not one token position: each document's needle starts at a depth drawn
+uniformly from ``depth +- eval.long_range.depth_jitter`` (clipped to [0, 1]; the row keeps it as
+``needle_depth``). Why: with one exact position per cell, every document of the cell shares the
+needle's alignment with the gist grid, so one unlucky offset decides the whole cell (at 32x, depth
+0.25 puts every record across the boundary of two 512-token gists, where even the oracle scored
+0/24; obsidian Evaluation). ``depth_jitter: 0`` gives the exact depth (the first sweeps).
 Documents use evaluation seeds (offset from training's) so no sweep document was trained on.
 Accuracy per cell comes with a Wilson 95% interval, and ``needle_at_lod0`` says in how many documents
 the layout held the needle at full detail when the answer began (so a miss splits into "focus did not
@@ -20,7 +26,9 @@ get there" and "the base did not copy it"); the per-document rows are kept, with
 """
 from __future__ import annotations
 
+import random
 import time
+import zlib
 
 import torch
 from torch import Tensor
@@ -65,6 +73,15 @@ def _answer(ctrl: MCController, ids: Tensor, value_len: int, variant: str, n_edi
     return out == answer.tolist(), edits, lod
 
 
+def needle_depth(depth: float, jitter: float, seed: int) -> float:
+    """The needle depth of one document of the bucket ``depth``: uniform in ``depth +- jitter``, clipped to
+    [0, 1]; ``depth`` itself when ``jitter`` is 0. Same arguments -> same depth, in every process."""
+    if jitter == 0:
+        return depth
+    rng = random.Random(zlib.crc32(repr(("needle_depth", round(depth, 6), round(jitter, 6), int(seed))).encode()))
+    return min(1.0, max(0.0, depth + rng.uniform(-jitter, jitter)))
+
+
 def long_range_lengths(cfg: RunConfig) -> list[int]:
     """History lengths of the sweep: ``multiples x model.max_seq_len`` tokens."""
     return [m * cfg.model.max_seq_len for m in cfg.eval.long_range.multiples]
@@ -92,9 +109,12 @@ def run_long_range(ctrl: MCController, cfg: RunConfig, *, progress: bool = False
         if length <= budget:
             raise ValueError(f"long-range length {length} is not longer than the budget mc.max_entries={budget}; "
                              "raise eval.long_range.multiples")
-        doc = make_long_doc(task, length, depth, SEED_OFFSET + cfg.train.seed * 10_000 + k, key_len=rc.key_len,
-                            value_len=rc.value_len, n_needles=lr.n_needles, tokenizer=tok)
-        row = {"task": task, "length": length, "depth": depth, "doc": k, "answer": doc.answer,
+        seed = SEED_OFFSET + cfg.train.seed * 10_000 + k
+        doc_depth = needle_depth(depth, lr.depth_jitter, seed)
+        doc = make_long_doc(task, length, doc_depth, seed, key_len=rc.key_len, value_len=rc.value_len,
+                            n_needles=lr.n_needles, tokenizer=tok)
+        row = {"task": task, "length": length, "depth": depth, "needle_depth": round(doc_depth, 6),
+               "needle_start": doc.queried_span[0], "doc": k, "answer": doc.answer,
                "exact": {}, "edits": {}, "needle_lod": {}}
         lensnet_edits = 0
         for variant in variants:
@@ -128,6 +148,6 @@ def run_long_range(ctrl: MCController, cfg: RunConfig, *, progress: bool = False
                                   # share of documents whose needle the layout holds at LOD0 when the answer starts
                                   "needle_at_lod0": (sum(x == 0 for x in lods) / len(lods)) if lods else None})
     return {"base_window": cfg.model.max_seq_len, "budget": budget, "lengths": long_range_lengths(cfg),
-            "depths": list(lr.depths), "tasks": list(lr.tasks), "variants": variants,
+            "depths": list(lr.depths), "depth_jitter": lr.depth_jitter, "tasks": list(lr.tasks), "variants": variants,
             "compression": {str(n): round(n / budget, 2) for n in long_range_lengths(cfg)},
             "seconds": round(time.time() - t0, 2), "cells": cells, "rows": rows}
