@@ -177,8 +177,9 @@ def validate(cfg: RunConfig) -> RunConfig:
         _fail("eval.long_range.multiples", list(lr.multiples), "expected positive integers (multiples of model.max_seq_len)")
     if any(not isinstance(d, (int, float)) or not 0.0 <= d <= 1.0 for d in lr.depths) or not lr.depths:
         _fail("eval.long_range.depths", list(lr.depths), "expected a non-empty list of fractions in [0, 1]")
-    if isinstance(lr.depth_jitter, bool) or not isinstance(lr.depth_jitter, (int, float)) or not 0.0 <= lr.depth_jitter <= 0.5:
-        _fail("eval.long_range.depth_jitter", lr.depth_jitter, "expected a number in [0, 0.5] (0 = every needle at its exact depth)")
+    jitter = lr.depth_jitter
+    if isinstance(jitter, bool) or not isinstance(jitter, (int, float)) or not 0.0 <= jitter <= 0.5:
+        _fail("eval.long_range.depth_jitter", jitter, "expected a number in [0, 0.5] (0 = each needle at its exact depth)")
     _positive("eval.long_range.n_per_cell", lr.n_per_cell)
     _positive("eval.long_range.n_needles", lr.n_needles)
     for key, allowed in (("tasks", LONG_TASKS), ("variants", LONG_RANGE_VARIANTS)):
