@@ -12,17 +12,24 @@ in :meth:`mc.controller.MCController.base_logits` (see obsidian "Positions").
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Protocol, Sequence
 
 import torch
 from torch import Tensor
 
 from mc.config import PAD_ID
-from mc.gather import gather_planned, gather_tables, token_ids_of
+from mc.gather import TiledContext, gather_planned, gather_tables, token_ids_of
+from mc.tree import LifetimeGistTree
 
-if TYPE_CHECKING:  # types only: mc.working_context re-exports this module's names
-    from mc.tree import LifetimeGistTree
-    from mc.working_context import WorkingContext
+
+class LaidOutContext(TiledContext, Protocol):
+    """What materialising reads of a working context beyond the tables' fields
+    (``mc.working_context.WorkingContext`` is one). A Protocol, not an import: ``mc.working_context``
+    imports this module and re-exports its names."""
+
+    def __len__(self) -> int: ...
+    def lods(self) -> list[int]: ...
+    def positions(self) -> list[float]: ...
 
 
 def bucket_for(n: int, ladder: Sequence[int]) -> int:
@@ -60,7 +67,7 @@ class MaterializedWC:
 
 
 @torch.no_grad()
-def materialize(wc: WorkingContext, tree: LifetimeGistTree, buffer: WCBuffer, ladder: Sequence[int]) -> MaterializedWC:
+def materialize(wc: LaidOutContext, tree: LifetimeGistTree, buffer: WCBuffer, ladder: Sequence[int]) -> MaterializedWC:
     """Gather ``wc``'s entries from ``tree`` into ``buffer``, padded to a bucket of ``ladder``.
 
     Writes in place (the buffer's tensors keep their addresses); one index_select per level.
@@ -100,7 +107,7 @@ def materialize(wc: WorkingContext, tree: LifetimeGistTree, buffer: WCBuffer, la
                           token_ids=buffer.token_ids[:bucket], length=n, bucket=bucket)
 
 
-def gather_batched(levels: list[Tensor], wcs: list[WorkingContext], bucket: int, *,
+def gather_batched(levels: list[Tensor], wcs: list[TiledContext], bucket: int, *,
                    token_ids: Tensor | None = None) -> dict:
     """Training gather: B*V working contexts over B sequences' levels, one differentiable gather.
 
