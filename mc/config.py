@@ -91,6 +91,10 @@ class MCConfig:
     # Of those, on recall sequences: the queried record's path expanded first (at most n_random_variants are: a
     # smaller n_random_variants, as the bench's quick shapes set, caps it rather than failing). 0 = random only.
     guided_variants: int = 0
+    # Of those, after the guided ones, on recall sequences with other records: a non-queried record's path expanded
+    # first (a layout where focus went to the wrong record; the focus loss still ranks the queried record's gist
+    # first). guided_variants + decoy_variants <= n_random_variants. 0 = off (obsidian Variant Sampler, "Decoys")
+    decoy_variants: int = 0
     focus_loss_weight: float = 0.0  # recall sequences: weight of the loss ranking the record's gist first (0 = off)
     lens_loss_weight: float = 1.0  # weight of the LensNet preference loss in the stage-2 total
     # LensNet's losses also train GistNet (the gists LensNet reads are not detached), so GistNet keeps in its coarse

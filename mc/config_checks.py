@@ -69,6 +69,10 @@ def validate(cfg: RunConfig) -> RunConfig:
     _positive("mc.recent_tokens", mc.recent_tokens, 2, " (the shared tail must hold a next-token prediction)")
     _positive("mc.n_random_variants", mc.n_random_variants, 1, " (pairs need two variants)")
     _positive("mc.guided_variants", mc.guided_variants, 0, " (0 = random variants only)")
+    _positive("mc.decoy_variants", mc.decoy_variants, 0, " (0 = off)")
+    if mc.decoy_variants and mc.guided_variants + mc.decoy_variants > mc.n_random_variants:
+        _fail("mc.decoy_variants", mc.decoy_variants, f"guided_variants ({mc.guided_variants}) + decoy_variants must "
+              f"be <= n_random_variants ({mc.n_random_variants}): both are kinds of the random variants")
     if not isinstance(mc.lens_trains_gist, bool):
         _fail("mc.lens_trains_gist", mc.lens_trains_gist, "expected true or false")
     if isinstance(mc.focus_loss_weight, bool) or not isinstance(mc.focus_loss_weight, (int, float)) \

@@ -37,7 +37,7 @@ from mc.positions import base_positions
 from mc.session import InferenceSession, RefocusRecord
 from mc.tree import gist_levels
 from mc.gather import gather_planned
-from mc.step_plan import Spans, StepPlan, TrainStepOutput, plan_micro_step
+from mc.step_plan import SpanLists, Spans, StepPlan, TrainStepOutput, plan_micro_step
 from mc.working_context import MaterializedWC, WCBuffer, bucket_for
 
 
@@ -132,17 +132,20 @@ class MCController:
 
     # ------------------------------------------------------------------ training
 
-    def prepare_step(self, ids_bt: Tensor, generator: torch.Generator, focus_spans: Spans = None) -> StepPlan:
+    def prepare_step(self, ids_bt: Tensor, generator: torch.Generator, focus_spans: Spans = None, *,
+                     decoy_spans: SpanLists = None) -> StepPlan:
         """Host half of a micro-step (variants, gather tables, LOD maps; CPU, pinned for CUDA; no device
-        work: :mod:`mc.train.prefetch` runs it ahead). ``focus_spans``: per row the queried record's span or None."""
+        work: :mod:`mc.train.prefetch` runs it ahead). ``focus_spans``: per row the queried record's span or None;
+        ``decoy_spans``: per row the other records' spans (``mc.decoy_variants``)."""
         ids_bt = token_batch(ids_bt, self.cfg.model.vocab_size, self.cfg.mc.history_tokens)  # [B, T] ints in the vocabulary
         return plan_micro_step(ids_bt, self.cfg.mc, self.train_bucket, generator, pin=self.device.type == "cuda",
-                               focus_spans=focus_spans)
+                               focus_spans=focus_spans, decoy_spans=decoy_spans)
 
-    def train_step(self, ids_bt: Tensor, generator: torch.Generator, focus_spans: Spans = None) -> TrainStepOutput:
+    def train_step(self, ids_bt: Tensor, generator: torch.Generator, focus_spans: Spans = None, *,
+                   decoy_spans: SpanLists = None) -> TrainStepOutput:
         """One stage-2 micro-step forward, ``run_step(prepare_step(ids_bt, generator, focus_spans))``: variants ->
         base losses -> LensNet losses. The caller runs ``out.total.backward()``, then :meth:`end_micro_step`."""
-        return self.run_step(self.prepare_step(ids_bt, generator, focus_spans))
+        return self.run_step(self.prepare_step(ids_bt, generator, focus_spans, decoy_spans=decoy_spans))
 
     def run_step(self, plan: StepPlan) -> TrainStepOutput:
         """Device half of a micro-step: no host-device sync (obsidian "Training")."""
@@ -163,8 +166,12 @@ class MCController:
         scores = self._run_lensnet_batched(lens_in, mask, p.positions, p.lods, num_tokens)  # [R, W]
         pref = preference_loss(scores.view(b, v, w), mask.view(b, v, w), p.positions.view(b, v, w),
                                p.lods.view(b, v, w), p.lod_map, tail.detach().view(b, v),
-                               block_size=mc.block_size, beta=mc.pref_beta, min_gap=mc.min_loss_gap)
-        lm_loss = tail.mean()
+                               block_size=mc.block_size, beta=mc.pref_beta, min_gap=mc.min_loss_gap,
+                               exclude_bv=p.decoy)
+        # Decoy layouts (mc.decoy_variants) feed the focus loss only: the base copies the wrong record there, and
+        # GistNet lowering that loss would teach the base to hedge (obsidian Variant Sampler, "Decoys").
+        kept = (~p.decoy).view(-1).to(tail.dtype) if mc.decoy_variants else None  # [R]
+        lm_loss = tail.mean() if kept is None else (tail * kept).sum() / kept.sum()
         total = lm_loss + mc.lens_loss_weight * pref.loss
         if mc.focus_loss_weight:  # recall rows: rank the record's gist first (obsidian LensNet, "Focus loss")
             rank = focus_loss(scores.view(b, v, w), mask.view(b, v, w), p.positions.view(b, v, w), p.lods.view(b, v, w),

@@ -20,9 +20,10 @@ from torch import Tensor
 from mc.config import MCConfig
 from mc.nets.losses import PreferenceResult
 from mc.gather import gather_tables, token_ids_of
-from mc.variants import sample_variants
+from mc.variants import sample_variants, variant_kinds
 
 Spans = Sequence[tuple[int, int] | None] | None  # per training row: the queried record's token span, or None
+SpanLists = Sequence[Sequence[tuple[int, int]]] | None  # per training row: the other records' token spans (decoys)
 
 
 @dataclass
@@ -37,6 +38,7 @@ class StepPlan:
     lengths: Tensor  # [R] long: real entries per row
     lod_map: Tensor  # [B, V, T] long: LOD of the entry covering each token
     focus_span: Tensor  # [B, 2] long: the queried record's token span, -1 -1 on corpus rows (focus loss)
+    decoy: Tensor  # [B, V] bool: decoy layouts (mc.decoy_variants), which only the focus loss reads
     batch: int  # B
     variants: int  # V (variant 0 = the recency baseline)
 
@@ -53,12 +55,14 @@ class StepPlan:
 
 
 def plan_micro_step(ids_bt: Tensor, mc: MCConfig, bucket: int, generator: torch.Generator, *,
-                    pin: bool = False, focus_spans: Spans = None) -> StepPlan:
+                    pin: bool = False, focus_spans: Spans = None, decoy_spans: SpanLists = None) -> StepPlan:
     """Sample ``1 + mc.n_random_variants`` working contexts per sequence of ``ids_bt [B, T]`` (CPU)
     and build their tables. Draws from ``generator`` exactly as the variant sampler does, in
     sequence order, so a plan made ahead of time equals one made on the spot. ``pin``: page-lock
     the result (for a CUDA device). ``focus_spans``: per sequence, the queried record's token span
-    (None on corpus rows), for ``mc.guided_variants`` (:func:`mc.variants.sample_variants`)."""
+    (None on corpus rows), for ``mc.guided_variants``; ``decoy_spans``: per sequence, the spans of the
+    records that are not queried (empty on corpus rows), for ``mc.decoy_variants``
+    (:func:`mc.variants.sample_variants`)."""
     ids_bt = torch.as_tensor(ids_bt)
     if ids_bt.dim() != 2:
         raise ValueError(f"train_step: ids must be [B, T], got shape {tuple(ids_bt.shape)}")
@@ -69,18 +73,24 @@ def plan_micro_step(ids_bt: Tensor, mc: MCConfig, bucket: int, generator: torch.
     ids_bt = ids_bt.to("cpu", torch.long)  # the host half works on the host (a device tensor costs one sync here)
     if focus_spans is not None and len(focus_spans) != b:
         raise ValueError(f"train_step: {len(focus_spans)} focus spans for {b} sequences")
-    wcs = []
+    if decoy_spans is not None and len(decoy_spans) != b:
+        raise ValueError(f"train_step: {len(decoy_spans)} decoy span lists for {b} sequences")
+    wcs, kinds = [], []
     for r in range(b):
+        focus, decoys = None if focus_spans is None else focus_spans[r], () if decoy_spans is None else decoy_spans[r]
+        kinds.append(variant_kinds(mc.n_random_variants, n_guided=mc.guided_variants, n_decoy=mc.decoy_variants,
+                                   has_focus=focus is not None, has_decoys=bool(decoys)))
         wcs += sample_variants(t, block_size=mc.block_size, max_lod=mc.max_lod, max_entries=mc.max_entries,
                                recent_tokens=mc.recent_tokens, n_random=mc.n_random_variants, generator=generator,
-                               focus_span=None if focus_spans is None else focus_spans[r], n_guided=mc.guided_variants)
+                               focus_span=focus, n_guided=mc.guided_variants, decoy_spans=decoys, n_decoy=mc.decoy_variants)
     v = len(wcs) // b
     tab = gather_tables(wcs, batch=b, tokens=t, max_lod=mc.max_lod, bucket=bucket)
     plan = StepPlan(ids=ids_bt, index=tab["index"], lods=tab["lods"], positions=tab["positions"],
                     token_ids=token_ids_of(ids_bt, tab["token_index"], v), lengths=tab["lengths"],
                     lod_map=tab["lod_map"].view(b, v, t), batch=b, variants=v,
                     focus_span=torch.tensor([list(sp) if sp is not None else [-1, -1]
-                                             for sp in (focus_spans or [None] * b)], dtype=torch.long).view(b, 2))
+                                             for sp in (focus_spans or [None] * b)], dtype=torch.long).view(b, 2),
+                    decoy=torch.tensor([[k == "decoy" for k in row] for row in kinds], dtype=torch.bool).view(b, v))
     return plan.pinned() if pin else plan
 
 

@@ -15,10 +15,24 @@ of some variants and get compared with finer ones. Why: past the window the reco
 LOD-L gist and a useful layout needs all L expansions on its path; uniform random expansions
 almost never make all of them (measured: preference accuracy stayed at chance, 0.50, at 1024-token
 histories with ``max_lod`` 3), so no pair of variants told LensNet that the path matters.
+
+*Decoy* variants (``n_decoy``, after the guided ones, on sequences with ``decoy_spans``: the other
+records of a multi-record document) do the same for a record that is *not* queried, one drawn at
+random per variant: the first goes down to LOD0, the others stop at a random level. Why: at
+inference a refocus that ranked a distractor's gist first zooms that path, and the next iteration
+must rank the queried record's (still coarse) gist above the distractor's finer entries to turn
+back. Random and guided layouts almost never hold a distractor's path expanded, so nothing trained
+that situation; on a decoy layout the focus loss asks for exactly that ranking. Decoys serve the
+focus loss only (:func:`variant_kinds` tells the controller which they are): the base copies
+whatever record it sees at LOD0, so a decoy's tail loss is large (3.5-5 nats against ~2 for the
+baseline), and in the LM loss it taught GistNet to make the base hedge, in the preference loss its
+pairs outweighed all others (obsidian Variant Sampler, "Decoys").
 """
 from __future__ import annotations
 
 import torch
+
+from typing import Sequence
 
 from mc.working_context import WorkingContext
 
@@ -49,6 +63,15 @@ def _guided_expansion(coarse: WorkingContext, target: int, span: tuple[int, int]
     return _random_expansion(wc, target, generator)
 
 
+def variant_kinds(n_random: int, *, n_guided: int = 0, n_decoy: int = 0, has_focus: bool = False,
+                  has_decoys: bool = False) -> list[str]:
+    """What each of ``sample_variants``'s ``1 + n_random`` layouts is, in order: ``"baseline"``, then
+    ``"guided"``, ``"decoy"`` and ``"random"`` ones (the counts capped as the sampler caps them)."""
+    guided = min(n_guided, n_random) if has_focus else 0
+    decoys = min(n_decoy, n_random - guided) if has_decoys else 0
+    return ["baseline"] + ["guided"] * guided + ["decoy"] * decoys + ["random"] * (n_random - guided - decoys)
+
+
 def sample_variants(
     num_tokens: int,
     *,
@@ -60,13 +83,17 @@ def sample_variants(
     generator: torch.Generator,
     focus_span: tuple[int, int] | None = None,
     n_guided: int = 0,
+    decoy_spans: Sequence[tuple[int, int]] = (),
+    n_decoy: int = 0,
 ) -> list[WorkingContext]:
     """``[baseline, random_1 .. random_n]`` for a history of ``num_tokens`` tokens.
 
     ``[0]`` is ``WorkingContext.build(fill=True)`` (recency-graded); the others are random
     block-aligned compressions with the same number of entries as the baseline when reachable.
     With a ``focus_span`` (token range), the first ``min(n_guided, n_random)`` of them are guided
-    (the span's path expanded to LOD0 first, see the module docstring).
+    (the span's path expanded to LOD0 first, see the module docstring). With ``decoy_spans`` (the
+    other records' token ranges), the next ``n_decoy`` (as many as remain) are decoys: one of those
+    spans, drawn at random, expanded the same way. Without decoy spans the draws are as before.
     Deterministic for a given generator state; the generator is the only source of randomness.
     """
     if not isinstance(n_random, int) or n_random < 0:
@@ -76,16 +103,26 @@ def sample_variants(
     geometry = dict(block_size=block_size, max_lod=max_lod, max_entries=max_entries, recent_tokens=recent_tokens)
     if not isinstance(n_guided, int) or n_guided < 0:
         raise ValueError(f"n_guided must be an integer >= 0, got {n_guided!r}")
-    if focus_span is not None and not 0 <= focus_span[0] < focus_span[1] <= num_tokens:
-        raise ValueError(f"focus_span {focus_span} is not a non-empty token range inside the {num_tokens}-token history")
+    if not isinstance(n_decoy, int) or n_decoy < 0:
+        raise ValueError(f"n_decoy must be an integer >= 0, got {n_decoy!r}")
+    named = ([("focus_span", focus_span)] if focus_span is not None else []) + [("decoy span", d) for d in decoy_spans]
+    for name, span in named:
+        if not 0 <= span[0] < span[1] <= num_tokens:
+            raise ValueError(f"{name} {span} is not a non-empty token range inside the {num_tokens}-token history")
     baseline = WorkingContext.build(num_tokens, fill=True, **geometry)
     coarse = WorkingContext.build(num_tokens, fill=False, **geometry)
-    guided = min(n_guided, n_random) if focus_span is not None else 0
+    kinds = variant_kinds(n_random, n_guided=n_guided, n_decoy=n_decoy, has_focus=focus_span is not None,
+                          has_decoys=bool(decoy_spans))
     out = [baseline]
-    for k in range(n_random):
-        if k < guided:  # the first all the way to LOD0; the others stop at a random level above it
-            stop = 0 if k == 0 else int(torch.randint(max_lod, (1,), generator=generator))
+    for k, kind in enumerate(kinds[1:]):
+        first = kind != kinds[k]  # the first of its kind goes all the way to LOD0; the others stop at a random level
+        if kind == "guided":
+            stop = 0 if first else int(torch.randint(max_lod, (1,), generator=generator))
             out.append(_guided_expansion(coarse, len(baseline), focus_span, stop, generator))
+        elif kind == "decoy":  # the same for a record that is not queried
+            span = decoy_spans[int(torch.randint(len(decoy_spans), (1,), generator=generator))]
+            stop = 0 if first else int(torch.randint(max_lod, (1,), generator=generator))
+            out.append(_guided_expansion(coarse, len(baseline), span, stop, generator))
         else:
             out.append(_random_expansion(coarse, len(baseline), generator))
     return out

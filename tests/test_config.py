@@ -34,6 +34,8 @@ def test_presets_resolve(preset):
         ("mc.recent_tokens=100000", "mc.recent_tokens"),
         ("mc.bucket_ladder=[8,4]", "mc.bucket_ladder"),
         ("mc.guided_variants=-1", "mc.guided_variants"),
+        ("mc.decoy_variants=-1", "mc.decoy_variants"),
+        ("mc.decoy_variants=6", "mc.decoy_variants"),  # the cpu preset: 2 guided + 6 > 7 random variants
         ("mc.lens_trains_gist=sometimes", "mc.lens_trains_gist"),
         ("gistnet.content_loss_weight=-1", "gistnet.content_loss_weight"),
         ("allocator.expand_top=-1", "allocator.expand_top"),

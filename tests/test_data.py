@@ -235,8 +235,13 @@ def test_recall_source_and_stage2_sampler():
             assert decode(b1.tokens[r, s:e]) == d.answer
             rs, re_ = b1.record_start[r].item(), b1.record_end[r].item()
             assert decode(b1.tokens[r, rs:re_]) == f"{d.keys[d.answer_record]}={d.answer}"
+            others = b1.other_record_spans()[r]  # the decoys: every record but the queried one
+            assert len(others) == len(d.record_spans) - 1 and (rs, re_) not in others
+            assert [decode(b1.tokens[r, a:b]) for a, b in others] == [
+                f"{k}={v}" for i, (k, v) in enumerate(zip(d.keys, d.values)) if i != d.answer_record]
         else:
             assert b1.recall_docs[r] is None and b1.answer_start[r].item() == -1
+            assert b1.other_record_spans()[r] == ()
     # the train and val recall documents come from disjoint seed namespaces
     tr = make_source(dataclasses.replace(cfg, source="recall"), "train")
     va = make_source(dataclasses.replace(cfg, source="recall"), "val")

@@ -93,6 +93,27 @@ def test_pairs_and_batching_are_consistent():
     assert torch.allclose(one.loss, two.loss)
 
 
+def test_excluded_variants_take_part_in_no_pair():
+    """exclude_bv (decoy layouts): the loss, accuracy and counts equal those of the batch without that variant."""
+    torch.manual_seed(3)
+    mask, positions, lods, lod_map = _two_variant_batch()
+    third = (mask[:, 1:], positions[:, 1:], lods[:, 1:], torch.tensor([[[0, 0, 1, 1]]]))
+    mask3, pos3, lods3 = (torch.cat([a, b[:, :1].clone()], 1) for a, b in zip((mask, positions, lods), third))
+    lods3[0, 2] = torch.tensor([0, 0, 1, 0])
+    pos3[0, 2] = torch.tensor([0.0, 1, 2.5, 0])
+    map3 = torch.cat([lod_map, third[3]], 1)
+    scores3 = torch.randn(1, 3, 4)
+    losses3 = torch.tensor([[1.0, 2.0, 5.0]])  # the third has by far the largest gap: it would outweigh the pair
+    kw = dict(block_size=2, beta=4.0, min_gap=1e-3)
+    excl = torch.tensor([[False, False, True]])
+    got = preference_loss(scores3, mask3, pos3, lods3, map3, losses3, exclude_bv=excl, **kw)
+    ref = preference_loss(scores3[:, :2], mask, positions, lods, lod_map, losses3[:, :2], **kw)
+    for f in ("loss", "accuracy", "active_entries", "active_pairs"):
+        assert torch.allclose(getattr(got, f), getattr(ref, f)), f
+    full = preference_loss(scores3, mask3, pos3, lods3, map3, losses3, **kw)
+    assert full.active_pairs.item() == 3 and not torch.allclose(full.loss, ref.loss)
+
+
 def test_focus_loss_ranks_the_gist_over_the_span_first_and_ignores_corpus_rows():
     """K=4: entries [LOD1 0-3][LOD1 4-7][LOD1 8-11][LOD0 12][LOD0 13][pad]; the record at tokens 5..6."""
     k = 4

@@ -1,6 +1,7 @@
 """Training loops, checkpoints and stage-2 gradient flow on tiny configs built in code (no Hydra)."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import shutil
@@ -88,6 +89,34 @@ def test_focus_loss_and_guided_variants_reach_lensnet_through_train_step():
     ctrl.end_micro_step()
     with pytest.raises(ValueError, match="focus spans"):
         ctrl.train_step(ids, torch.Generator(), [(4, 10)])
+
+
+def test_decoy_spans_reach_the_variants_through_prepare_step():
+    """mc.decoy_variants: the public prepare_step takes per-row decoy spans; the variant after the guided
+    one holds a decoy record at LOD0 on the row that has one, and a row without decoys draws as before."""
+    cfg = tiny_cfg()
+    cfg.mc.n_random_variants, cfg.mc.guided_variants, cfg.mc.decoy_variants = 3, 1, 1
+    ctrl = build_controller(cfg, device=torch.device("cpu"))
+    t = cfg.mc.history_tokens
+    ids = torch.randint(0, 256, (2, t), generator=torch.Generator().manual_seed(0))
+    focus, decoy = (4, 10), (t // 2, t // 2 + 6)
+    plan = ctrl.prepare_step(ids, torch.Generator().manual_seed(1), [focus, focus], decoy_spans=[[decoy], []])
+    lod_map = plan.lod_map  # [B, V, T]
+    assert lod_map[0, 1, focus[0]:focus[1]].eq(0).all() and lod_map[0, 2, decoy[0]:decoy[1]].eq(0).all()
+    assert lod_map[0, 2, focus[0]:focus[1]].gt(0).any()  # the decoy layout leaves the queried record coarse
+    plain_cfg = copy.deepcopy(cfg)
+    plain_cfg.mc.decoy_variants = 0
+    plain = build_controller(plain_cfg, device=torch.device("cpu")).prepare_step(ids, torch.Generator().manual_seed(1),
+                                                                           [focus, focus])
+    assert torch.equal(plain.lod_map[0, :2], lod_map[0, :2])  # the guided draws come first, unchanged
+    assert plan.decoy.tolist() == [[False, False, True, False], [False, False, False, False]]
+    # decoys feed the focus loss only: the LM loss is the mean tail loss of the other layouts
+    out = ctrl.run_step(plan)
+    tails = out.tail_losses
+    assert torch.allclose(out.lm_loss.detach(), torch.cat([tails[0, [0, 1, 3]], tails[1]]).mean())
+    ctrl.end_micro_step()
+    with pytest.raises(ValueError, match="decoy span lists"):
+        ctrl.prepare_step(ids, torch.Generator(), [focus, focus], decoy_spans=[[decoy]])
 
 
 def test_stage2_unfrozen_base_gets_gradient():

@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from _wc_helpers import check_invariants, geometries  # shared (tests/_wc_helpers.py)
-from mc.variants import sample_variants
+from mc.variants import sample_variants, variant_kinds
 from mc.working_context import WorkingContext
 
 
@@ -160,3 +160,52 @@ def test_more_guided_than_random_variants_is_capped():
     exact = sample_variants(512, n_random=2, generator=torch.Generator().manual_seed(0), focus_span=(100, 104),
                             n_guided=2, **p)
     assert capped == exact and len(capped) == 3
+
+
+def test_decoy_variants_expand_another_record_and_leave_the_queried_one_coarse():
+    """Decoys (after the guided variants) expand a non-queried record's path: the first to LOD0, the
+    others to a random level; the queried record stays coarse there unless a random expansion hits it."""
+    p = dict(block_size=4, max_lod=3, max_entries=60, recent_tokens=8)
+    focus, decoys = (100, 104), [(300, 304), (400, 404)]
+    g, hit, levels = torch.Generator().manual_seed(3), set(), set()
+    for _ in range(12):
+        vs = sample_variants(512, n_random=4, generator=g, focus_span=focus, n_guided=1, decoy_spans=decoys,
+                             n_decoy=2, **p)
+        assert len(vs) == 5
+        for v in vs:
+            check_invariants(v)
+            assert len(v) == len(vs[0])
+        assert vs[1].lod_map()[focus[0]:focus[1]].eq(0).all()  # the guided variant comes first
+        first = vs[2].lod_map()
+        down = [d for d in decoys if first[d[0]:d[1]].eq(0).all()]
+        assert down, "the first decoy variant must hold one of the decoy spans at LOD0"
+        hit |= set(down)
+        levels.add(int(min(vs[3].lod_map()[d[0]:d[1]].max() for d in decoys)))
+    assert hit == set(decoys), hit  # the decoy record is drawn at random
+    assert len(levels) >= 2, levels  # the further decoys stop at various levels
+
+
+def test_decoys_change_nothing_without_decoy_spans_and_are_capped():
+    p = dict(block_size=4, max_lod=3, max_entries=60, recent_tokens=8)
+
+    def draw(**kw):
+        return sample_variants(512, n_random=3, generator=torch.Generator().manual_seed(5), focus_span=(100, 104),
+                               n_guided=1, **p, **kw)
+    assert draw(n_decoy=2) == draw()  # no decoy spans (a one-record document): the same draws as before
+    assert draw(decoy_spans=[(300, 304)], n_decoy=0) == draw()
+    capped = draw(decoy_spans=[(300, 304)], n_decoy=9)  # 1 guided + 2 decoys fill the 3 random variants
+    assert len(capped) == 4 and capped[2].lod_map()[300:304].eq(0).all()
+    with pytest.raises(ValueError, match="decoy span"):
+        draw(decoy_spans=[(600, 604)], n_decoy=1)
+    with pytest.raises(ValueError, match="n_decoy"):
+        draw(decoy_spans=[(300, 304)], n_decoy=-1)
+
+
+def test_variant_kinds_name_the_layouts_in_the_samplers_order():
+    assert variant_kinds(3) == ["baseline", "random", "random", "random"]
+    assert variant_kinds(4, n_guided=1, n_decoy=2, has_focus=True, has_decoys=True) == [
+        "baseline", "guided", "decoy", "decoy", "random"]
+    assert variant_kinds(3, n_guided=2, n_decoy=5, has_focus=True, has_decoys=True) == [
+        "baseline", "guided", "guided", "decoy"]  # capped as the sampler caps them
+    assert variant_kinds(3, n_guided=2, n_decoy=1, has_decoys=True) == ["baseline", "decoy", "random", "random"]
+    assert variant_kinds(3, n_guided=2, n_decoy=1, has_focus=True) == ["baseline", "guided", "guided", "random"]

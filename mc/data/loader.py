@@ -204,6 +204,12 @@ class Stage2Batch:
         return [(int(s), int(e)) if r else None
                 for s, e, r in zip(self.record_start.tolist(), self.record_end.tolist(), self.is_recall.tolist())]
 
+    def other_record_spans(self) -> list[tuple[tuple[int, int], ...]]:
+        """Per row the token spans of the records that are *not* queried (empty on corpus rows and
+        one-record documents): what stage 2's decoy variants expand (``mc.decoy_variants``)."""
+        return [() if d is None else tuple(sp for i, sp in enumerate(d.record_spans) if i != d.answer_record)
+                for d in self.recall_docs]
+
 
 class Stage2Sampler:
     """Rows ``[0, n_recall)`` are recall documents, the rest corpus windows, all of length T.

@@ -85,12 +85,14 @@ def preference_loss(
     block_size: int,
     beta: float,
     min_gap: float,
+    exclude_bv: Tensor | None = None,
 ) -> PreferenceResult:
     """Per-entry Bradley-Terry loss from all variant pairs of every sequence (see module doc).
 
     Shapes: B sequences, V variants each, W padded entries, T history tokens.
     ``scores_bvw`` are LensNet's tanh scores; ``mask_bvw`` True for real entries;
-    ``lod_map_bvt`` the LOD covering each token; ``losses_bv`` the shared-tail losses (detached here).
+    ``lod_map_bvt`` the LOD covering each token; ``losses_bv`` the shared-tail losses (detached here);
+    ``exclude_bv`` (bool, optional): variants that take part in no pair (decoy layouts).
     """
     b, v, w = scores_bvw.shape
     t = lod_map_bvt.shape[-1]
@@ -109,6 +111,8 @@ def preference_loss(
     pref = torch.where(gap > 0, pi, pj)  # [B, P] preferred variant
     other = torch.where(gap > 0, pj, pi)
     valid = gap.abs() >= min_gap  # [B, P]
+    if exclude_bv is not None:
+        valid = valid & ~(exclude_bv[:, pi] | exclude_bv[:, pj])
     weight = gap.abs() * valid
     weight = weight / (weight.sum() / valid.sum().clamp_min(1)).clamp_min(1e-8)  # mean valid weight = 1
 

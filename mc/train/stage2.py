@@ -88,7 +88,7 @@ def evaluate_stage2(controller: MCController, sampler, cfg: RunConfig) -> dict[s
     for _ in range(st.eval_batches):
         batch = sampler.sample(st.batch_size, cfg.mc.history_tokens, gen)
         with torch.set_grad_enabled(with_grad):
-            out = controller.train_step(batch.tokens, gen, batch.queried_spans())
+            out = controller.train_step(batch.tokens, gen, batch.queried_spans(), decoy_spans=batch.other_record_spans())
             stats = step_stats(out)
         del out
         controller.end_micro_step()
@@ -149,7 +149,7 @@ def train_stage2(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
     # device runs this one; from here on only the prefetcher draws from `gen` (obsidian "Training").
     def make_plan():
         batch = train_data.sample(lst.batch_size, cfg.mc.history_tokens, gen)
-        return controller.prepare_step(batch.tokens, gen, batch.queried_spans())
+        return controller.prepare_step(batch.tokens, gen, batch.queried_spans(), decoy_spans=batch.other_record_spans())
     prefetch = PlanPrefetcher(make_plan, gen, depth=cfg.train.prefetch)
 
     def checkpoint() -> None:  # the data RNG as of the last consumed plan, not the ones made ahead
