@@ -8,18 +8,38 @@ runtime freezes (``compile.freeze``). See obsidian "Compiled boundary".
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Iterable, Protocol
 
 import torch
+from torch import Tensor
 
 from mc.compile.boundary import freeze
+from mc.compile.telemetry import Telemetry
+from mc.config import RunConfig
+from mc.step_plan import Spans, TrainStepOutput
 from mc.working_context import MaterializedWC, WCBuffer
 
-if TYPE_CHECKING:
-    from mc.controller import MCController
+
+class WarmableController(Protocol):
+    """What warm-up uses of a controller (``mc.controller.MCController`` is one). A Protocol, not an
+    import: the controller calls this module, so importing it here would close a cycle."""
+
+    cfg: RunConfig
+    device: torch.device
+    telemetry: Telemetry
+    warmed_up: bool
+
+    @property
+    def cudagraphs_possible(self) -> bool: ...
+
+    def aux_parameters(self) -> Iterable[torch.nn.Parameter]: ...
+    def train_step(self, ids_bt: Tensor, generator: torch.Generator, focus_spans: Spans = None) -> TrainStepOutput: ...
+    def end_micro_step(self) -> None: ...
+    def lensnet_scores(self, mwc: MaterializedWC, num_tokens: int) -> Tensor: ...
+    def gist_blocks(self, blocks_nkd: Tensor, *, train: bool = False) -> Tensor: ...
 
 
-def warm_up_controller(ctrl: "MCController", generator: torch.Generator | None = None) -> dict:
+def warm_up_controller(ctrl: WarmableController, generator: torch.Generator | None = None) -> dict:
     """Training: full micro-steps with backward at the training shape. Inference: one LensNet call
     per bucket of ``mc.bucket_ladder`` and one GistNet call per bucket of ``mc.gist_bucket_ladder``.
     Gradients produced here are zeroed in place (not freed). Returns the telemetry snapshot."""
