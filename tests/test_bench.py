@@ -21,6 +21,10 @@ def test_apply_overrides_without_hydra():
     assert cfg.mc.bucket_ladder == [64, 128, 256]
     assert cfg.allocator.expand_threshold == 0.0 and isinstance(cfg.allocator.expand_threshold, float)
     assert cfg.compile.lensnet.inference == "reduce-overhead"
+    hydra_style = apply_overrides(RunConfig(), ["eval.long_range.variants=[focused, oracle]",
+                                                "eval.long_range.depths=[0.1,0.9]"])  # bare words, as Hydra takes them
+    assert hydra_style.eval.long_range.variants == ["focused", "oracle"]
+    assert hydra_style.eval.long_range.depths == [0.1, 0.9]
     with pytest.raises(ValueError, match="unknown config key"):
         apply_overrides(RunConfig(), ["mc.nope=1"])
     with pytest.raises(ConfigError):  # validation runs after the overrides

@@ -60,10 +60,15 @@ QUICK_OVERRIDES = (
 
 
 def _parse_value(text: str):
+    """JSON, else a Hydra-style list of bare words (``[focused,oracle]``), else the text itself."""
     try:
         return json.loads(text)
     except json.JSONDecodeError:
-        return text
+        pass
+    inner = text.strip()
+    if inner.startswith("[") and inner.endswith("]") and "[" not in inner[1:-1]:
+        return [_parse_value(x.strip()) for x in inner[1:-1].split(",") if x.strip()]
+    return text
 
 
 def apply_overrides(cfg: RunConfig, overrides: Sequence[str]) -> RunConfig:
