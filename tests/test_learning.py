@@ -5,25 +5,29 @@ Measured on held-out (val-split) recall documents, after ``train_stage1`` + ``tr
 * **ranking**: in the recency-baseline working context of each document, LensNet's score of the
   entry holding the queried record's value vs the median score over the working context; the
   rate of documents where it is above the median must be a clear majority;
-* **focus helps**: the shared-tail loss of the LensNet-focused working context
-  (``controller.begin_session`` + ``refocus``) vs the recency baseline (the same session before
-  refocusing), averaged over the documents: focused must be lower.
+* **refocus acts on it**: after ``controller.refocus()`` the queried value is back at LOD0;
+* **focus helps**: the loss of the value tokens (the answer) and of the shared 16-token tail, in
+  the LensNet-focused working context (``begin_session`` + ``refocus``) vs the recency baseline
+  (the same session before refocusing), averaged over the documents.
 
 The same measurements on the *untrained* aux nets (fresh GistNet/LensNet over the same base) are
 printed as the chance reference. Numbers are printed and written to ``learning_metrics.json``
-in the test's run folder; obsidian [[Training]] records the measured values. Measured (64 val
-documents, 2-core CPU): above-median rate 100% trained vs 4.7% untrained; tail loss 1.40 after
-refocus vs 1.74 for the recency baseline; focus better on 77% of documents.
+in the test's run folder; obsidian [[Training]] ("The learning test") records the values measured on
+seeds 0-2 under three CPU kernel sets, and why each assertion's bar sits where it does.
 
 Geometry: 64-token documents with one record ``KY=VAL`` in the first 40% and the query
 ``\\nKY=VAL`` at the end; K=8, one gist level, a 16-token recent tail and a 36-entry budget. The
 recency baseline keeps the record blocks as gists, so the base can only copy the value when
-something expands them. One record (not several) because a 2-layer base learns the plain copy in
-~300 steps, while matching one key among two was still at chance at step 300 (64 documents per step),
-too long for a CPU test. ``mc.pref_beta=2``: the preference loss makes
-``score ~= logit(p) / beta`` for an entry whose expansion is preferred with probability p, so with
-beta=4 the learned scores (|s| ~ 0.15-0.2) mostly stayed under the allocator's 0.2 thresholds and
-refocus brought the value to LOD0 in 0-22% of documents; beta=2 puts p=0.6 at s=0.2.
+something expands them. One record (not several): a 2-layer base learns the plain copy within a CPU
+test's budget, matching one key among two it did not.
+
+The recipe is the ``cpu`` preset's, because the bare one (random variants only, a z-score allocator)
+passed on one machine and failed on another: with ``ATEN_CPU_CAPABILITY`` set to ``default``,
+``avx2`` and ``avx512`` (three sets of float kernels, a stand-in for other CPUs) LensNet sometimes
+learnt a recency prior and ranked the record *last* (above-median rate 0%), and the allocator left
+top-ranked gists unexpanded when their z-score stayed under ``expand_z`` (value at LOD0 in 0-44% of
+documents with the ranking right). Guided variants + the focus loss teach the ranking on all nine
+seed x kernel runs; ``expand_top=1`` makes the allocator act on the ranking alone.
 """
 from __future__ import annotations
 
@@ -48,11 +52,12 @@ from mc.train.stage2 import train_stage2
 
 T = 64
 N_DOCS = 64
-# Stage 1: the 2-layer base learns the copy in a sudden transition whose step depends on the seed.
-# At 400 steps (the first recipe) the exact 3-digit copy with full context was 16%, 0% and 12% on seeds
-# 0, 1, 2, so LensNet had nothing to learn on two of them; at 700 steps it is 98%, 88% and 100%.
+# Stage 1: the 2-layer base learns the copy in a sudden transition whose step depends on the seed *and on
+# the CPU's float kernels*: the exact 3-digit copy with full context after 700 steps was 98% / 41% / 100%
+# (seeds 0 / 1 / 2) with ATEN_CPU_CAPABILITY=default, 100% / 6% / 100% with avx2, and seed 1 at 1000
+# steps 0% with avx512; with 1500 steps stage 2 finds a copying base on every seed x kernel set.
 # Stage 2 needs ~100 steps.
-STAGE1_STEPS = 700
+STAGE1_STEPS = 1500
 STAGE2_STEPS = 150
 # The seed of the CI run; MC_LEARNING_SEEDS="0,1,2" runs the test once per seed (how the margins below
 # were measured: obsidian Training, "Learning test across seeds").
@@ -66,8 +71,8 @@ def learning_cfg() -> RunConfig:
         lensnet=LensNetConfig(d_model=32, n_layers=2, n_heads=2),
         mc=MCConfig(block_size=8, max_lod=1, max_entries=36, recent_tokens=16, bucket_ladder=[40],
                     gist_bucket_ladder=[1, 8], history_tokens=T, n_random_variants=3,
-                    pref_beta=2.0),
-        allocator=AllocatorConfig(expand_threshold=0.2, collapse_threshold=0.2, cooldown=2,
+                    guided_variants=2, focus_loss_weight=1.0, pref_beta=2.0),
+        allocator=AllocatorConfig(expand_threshold=0.2, collapse_threshold=0.2, cooldown=2, expand_top=1,
                                   inference=AllocatorInferenceConfig(iterations=3, max_edits=4, refocus_interval=32)),
         data=DataConfig(source="recall", recall=RecallConfig(doc_tokens=T, n_records=1, key_len=2, value_len=3,
                                                               records_region=0.4)),
@@ -94,6 +99,9 @@ def _tail_loss(ctrl, session, tail: int) -> float:
 def measure(ctrl, cfg: RunConfig) -> dict:
     src = RecallSource(fit_recall(cfg.data.recall, T), "val")
     above, top_gist, base_losses, focus_losses, answer_hits = [], [], [], [], []
+    base_answer, focus_answer = [], []
+    # tail_loss_mask scores the last (n - 1) targets: n = value_len + 1 scores exactly the value tokens
+    answer_tail = cfg.data.recall.value_len + 1
     for k in range(N_DOCS):
         doc = src.doc(k, T)
         s = ctrl.begin_session(doc.ids)  # recency-baseline layout (WorkingContext.build, fill=True)
@@ -105,17 +113,21 @@ def measure(ctrl, cfg: RunConfig) -> dict:
         gists = [i for i, lod in enumerate(s.wc.lods()) if lod > 0]
         top_gist.append(max(gists, key=lambda i: float(scores[i])) == idx)
         base_losses.append(_tail_loss(ctrl, s, cfg.eval.tail_tokens))
+        base_answer.append(_tail_loss(ctrl, s, answer_tail))
         ctrl.refocus()
         focus_losses.append(_tail_loss(ctrl, s, cfg.eval.tail_tokens))
+        focus_answer.append(_tail_loss(ctrl, s, answer_tail))
         answer_hits.append(s.wc.lod_map()[value_tok].item() == 0)
     n = len(above)
     return {"above_median_rate": sum(above) / n, "queried_block_top_gist_rate": sum(top_gist) / n,
             "baseline_tail_loss": sum(base_losses) / n, "focused_tail_loss": sum(focus_losses) / n,
             "focused_better_rate": sum(f < b for f, b in zip(focus_losses, base_losses)) / n,
+            "baseline_answer_loss": sum(base_answer) / n, "focused_answer_loss": sum(focus_answer) / n,
+            "answer_better_rate": sum(f < b for f, b in zip(focus_answer, base_answer)) / n,
             "value_at_lod0_after_refocus_rate": sum(answer_hits) / n}
 
 
-@pytest.mark.slow  # ~2-4 minutes on a 2-core CPU; still part of the default suite
+@pytest.mark.slow  # ~3-4 minutes on a 2-core CPU (stage 1: 1500 steps); still part of the default suite
 @pytest.mark.parametrize("seed", SEEDS)
 def test_lensnet_learns_where_detail_matters(tmp_path, seed):
     cfg = learning_cfg()
@@ -138,9 +150,13 @@ def test_lensnet_learns_where_detail_matters(tmp_path, seed):
     assert after["above_median_rate"] >= 0.75, report
     # ... which an untrained LensNet does not (the rate is not an artefact of the layout)
     assert after["above_median_rate"] > before["above_median_rate"] + 0.2, report
-    # the LensNet-focused working context reads the tail better than the recency baseline
-    assert after["focused_tail_loss"] < after["baseline_tail_loss"] - 0.05, report
-    assert after["focused_better_rate"] >= 0.5, report
-    # ... because refocus brings the queried value back to LOD0 (the relative allocator policy acts on
-    # the ranking, whatever the absolute scale of the scores)
+    # refocus brings the queried value back to LOD0 (the allocator acts on the ranking)
     assert after["value_at_lod0_after_refocus_rate"] >= 0.8, report
+    # ... so the base reads the answer: the value's loss falls from chance (~2.3 nats over 10 digits) to
+    # near 0 (measured margins 2.22-2.35 nats over nine seed x kernel runs; the bar is 1 nat)
+    assert after["focused_answer_loss"] < after["baseline_answer_loss"] - 1.0, report
+    assert after["answer_better_rate"] >= 0.9, report
+    # ... and the 16-token tail as a whole reads better (measured margins 0.19-0.65 nats). The share of
+    # documents whose *tail* loss fell (0.56-0.89) is reported, not asserted: the trade that makes room for
+    # the record can cost the other tail tokens more than the answer gains on a given document.
+    assert after["focused_tail_loss"] < after["baseline_tail_loss"], report
