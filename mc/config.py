@@ -118,6 +118,10 @@ class AllocatorInferenceConfig:
     max_edits: int = 4  # edits applied per iteration at most
     edit_budget: int = 0  # edits per refocus at most, over all its iterations (0 = iterations * max_edits)
     refocus_interval: int = 32  # tokens appended between refocuses
+    # paths a refocus tries: 1 = LensNet's zoom alone; b > 1 also zooms each of the next b - 1 highest-scored gists
+    # (same start, same edit budget) and keeps the layout under which the base model is most confident of the next
+    # token. Costs b times the LensNet calls plus b base forwards per refocus (obsidian Focus Allocator).
+    branches: int = 1
 
 
 @dataclass

@@ -108,7 +108,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v < 100.0:
             _fail(f"allocator.{k}", v, "expected a number in [0, 100) (a z-score: standard deviations of the scores)")
     _positive("allocator.cooldown", al.cooldown, 0)
-    for k in ("iterations", "max_edits", "refocus_interval"):
+    for k in ("iterations", "max_edits", "refocus_interval", "branches"):
         _positive(f"allocator.inference.{k}", getattr(al.inference, k))
     _positive("allocator.inference.edit_budget", al.inference.edit_budget, 0, " (0 = iterations * max_edits)")
 

@@ -34,6 +34,7 @@ from mc.nets.lensnet import LensNet
 from mc.nets.losses import focus_loss, gist_content_loss, preference_loss, shared_tail_loss
 from mc.nets.positional import lod_rotary_cos_sin
 from mc.positions import base_positions
+from mc.refocus import run_refocus
 from mc.session import InferenceSession, RefocusRecord
 from mc.tree import gist_levels
 from mc.gather import gather_planned
@@ -238,26 +239,22 @@ class MCController:
     @torch.no_grad()
     def refocus(self) -> RefocusRecord:
         """LensNet-driven allocator iterations until one chooses no edit, ``allocator.inference.iterations``
-        ran, or the refocus's edit budget is spent. Each iteration rescores the edited context, so a
-        detail under an LOD-L gist is reached in L iterations (multi-level refocus)."""
+        ran, or the edit budget is spent (multi-level: one level per iteration); with
+        ``allocator.inference.branches > 1``, the next-ranked gists' zooms too, keeping the layout the base
+        is most confident under. See :mod:`mc.refocus`."""
         s = self._require_session()
-        inf = self.cfg.allocator.inference
-        budget = inf.edit_budget or inf.iterations * inf.max_edits
-        record = RefocusRecord(num_tokens=s.num_tokens, iterations=0)
-        while record.iterations < inf.iterations and len(record.edits) < budget:
-            mwc = s.materialize()
-            scores = self._lensnet_allocator_scores(mwc, s.num_tokens)[: mwc.length].cpu()
-            edits = s.allocator.step(s.wc, scores, max_edits=min(inf.max_edits, budget - len(record.edits)))
-            record.iterations += 1
-            record.edits += edits
-            if not edits:
-                break
-        s.allocator.end_refocus()
-        s.tokens_since_refocus = 0
-        s.refocus_log.append(record)
+        record = run_refocus(s, self._session_scores, self._next_token_confidence)
         self.telemetry.emit({"kind": "refocus", "num_tokens": s.num_tokens, "iterations": record.iterations,
-                             "edits": len(record.edits), "entries": len(s.wc)})
+                             "edits": len(record.edits), "entries": len(s.wc), "branch": record.branch})
         return record
+
+    def _session_scores(self, s: InferenceSession) -> Tensor:
+        mwc = s.materialize()
+        return self._lensnet_allocator_scores(mwc, s.num_tokens)[: mwc.length].cpu()  # [len(wc)]
+
+    def _next_token_confidence(self) -> float:
+        """The base model's largest next-token probability on the session's current layout."""
+        return float(torch.softmax(self.next_token_logits().float(), dim=-1).max())
 
     @torch.no_grad()
     def next_token_logits(self) -> Tensor:
@@ -296,3 +293,4 @@ class MCController:
         self.lensnet.load_state_dict(state["lensnet"])
         if "base" in state:
             self.base.load_state_dict(state["base"])
+

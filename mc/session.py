@@ -25,6 +25,8 @@ class RefocusRecord:
     num_tokens: int
     iterations: int  # allocator iterations actually run (stops early when no edit is chosen)
     edits: list[Edit] = field(default_factory=list)
+    branch: int = 0  # the path kept (0: LensNet's own zoom; k: the k-th other gist, allocator.inference.branches)
+    confidences: list[float] = field(default_factory=list)  # per branch tried: the base's top next-token probability
 
 
 class InferenceSession:

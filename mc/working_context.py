@@ -208,6 +208,10 @@ class WorkingContext:
         w = self.block_size**lod
         return idx * w, (idx + 1) * w
 
+    def overlap_mask(self, start: int, end: int) -> torch.Tensor:
+        """``[len(self)]`` float: 1.0 for entries covering any token of ``[start, end)``, 0.0 elsewhere."""
+        return torch.tensor([float(lo < end and start < hi) for lo, hi in map(self.span, range(len(self)))])
+
     def tail_start(self) -> int:
         """First token of the recent tail (tokens from here on must be LOD0)."""
         return max(0, self.num_tokens - self.recent_tokens)

@@ -55,12 +55,7 @@ def random_refocus(ctrl: MCController, n_edits: int, generator: torch.Generator)
 
 def span_scores(wc, start: int, end: int) -> torch.Tensor:
     """``[len(wc)]`` scores: 1 for entries overlapping tokens ``[start, end)``, 0 elsewhere."""
-    out = torch.zeros(len(wc))
-    for i in range(len(wc)):
-        lo, hi = wc.span(i)
-        if lo < end and start < hi:
-            out[i] = 1.0
-    return out
+    return wc.overlap_mask(start, end)
 
 
 def oracle_refocus(ctrl: MCController, span: tuple[int, int]) -> int:

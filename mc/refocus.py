@@ -1,0 +1,77 @@
+"""The refocus of an inference session: allocator iterations on LensNet's scores, optionally branched.
+
+Owns the policy of one refocus; the :class:`mc.controller.MCController` calls :func:`run_refocus` with
+its own helpers for LensNet's scores and the base model's next-token confidence, so the controller's
+helpers stay the only call sites of the (possibly compiled) nets.
+
+* a **zoom** (:func:`zoom`) runs allocator iterations until one chooses no edit,
+  ``allocator.inference.iterations`` ran, or the edit budget is spent; each iteration rescores the
+  edited layout, so a detail under an LOD-L gist is reached in L iterations (multi-level refocus);
+* with ``allocator.inference.branches = b > 1``, :func:`run_refocus` also zooms each of the gists LensNet
+  ranked 2nd..b-th on the starting layout (each from that layout, same edit budget, held on its subtree
+  by a score bonus) and keeps the layout under which the base model is most confident of the next token;
+  ties keep LensNet's own zoom. Why: LensNet ranks the queried record's coarse gist first in most but
+  not all documents (a distractor's gist is often first when it is wrong, the needle's second), and a
+  base model that can copy the record is confident only when the record it reads matches the query
+  (obsidian Focus Allocator, "Branched refocus").
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from torch import Tensor
+
+from mc.session import InferenceSession, RefocusRecord
+
+ScoreFn = Callable[[InferenceSession], Tensor]  # session -> LensNet scores [len(wc)] on its current layout
+ConfidenceFn = Callable[[], float]  # the base's largest next-token probability on the session's layout
+
+BRANCH_BONUS = 2.0  # added to a branch's entries; LensNet's scores are tanh, in [-1, 1], so they rank first
+
+
+def zoom(s: InferenceSession, scores_fn: ScoreFn, focus_span: tuple[int, int] | None = None
+         ) -> tuple[RefocusRecord, list[float]]:
+    """One refocus path on ``s`` (edits applied). Returns what it did and the first iteration's scores
+    (over the starting layout's entries). With ``focus_span`` (a branch) the entries covering that token
+    range get :data:`BRANCH_BONUS`, so the path stays in that subtree: its gists rank first for
+    expansion and its groups are never the cheapest to trade away."""
+    inf = s.cfg.allocator.inference
+    budget = inf.edit_budget or inf.iterations * inf.max_edits
+    record, first_scores = RefocusRecord(num_tokens=s.num_tokens, iterations=0), []
+    while record.iterations < inf.iterations and len(record.edits) < budget:
+        scores = scores_fn(s)
+        if record.iterations == 0:
+            first_scores = scores.tolist()
+        if focus_span is not None:
+            scores = scores + BRANCH_BONUS * s.wc.overlap_mask(*focus_span)
+        edits = s.allocator.step(s.wc, scores, max_edits=min(inf.max_edits, budget - len(record.edits)))
+        record.iterations += 1
+        record.edits += edits
+        if not edits:
+            break
+    return record, first_scores
+
+
+def run_refocus(s: InferenceSession, scores_fn: ScoreFn, confidence_fn: ConfidenceFn) -> RefocusRecord:
+    """A whole refocus (see the module docstring): zoom, branches, one cooldown tick. Returns its record
+    (``branch``: the path kept; ``confidences``: per path tried, empty with one branch)."""
+    branches = s.cfg.allocator.inference.branches
+    start_wc, start_allocator = s.wc.copy(), s.allocator.copy()
+    record, first_scores = zoom(s, scores_fn)
+    if branches > 1 and first_scores:
+        record.confidences = [confidence_fn()]
+        kept = (record, s.wc, s.allocator)
+        gists = sorted((i for i in range(len(start_wc)) if start_wc[i][0] > 0), key=lambda i: -first_scores[i])
+        for i in gists[1:branches]:
+            s.wc, s.allocator = start_wc.copy(), start_allocator.copy()
+            path, _ = zoom(s, scores_fn, focus_span=start_wc.span(i))
+            record.confidences.append(confidence_fn())
+            if record.confidences[-1] > max(record.confidences[:-1]):  # strictly: ties keep the earlier path
+                kept = (path, s.wc, s.allocator)
+        best, s.wc, s.allocator = kept
+        record.branch = record.confidences.index(max(record.confidences))
+        record.iterations, record.edits = best.iterations, best.edits
+    s.allocator.end_refocus()
+    s.tokens_since_refocus = 0
+    s.refocus_log.append(record)
+    return record

@@ -1,0 +1,102 @@
+"""Branched refocus (``allocator.inference.branches``): LensNet's zoom plus the next-ranked gists' zooms,
+the layout kept is the one the base model is most confident under. Tiny random nets on CPU (eager)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from _tiny_config import SCENARIO, TINY
+from mc.build import build_controller
+from mc.config import ConfigError
+from mc.config_loading import load_config
+from mc.refocus import zoom
+
+# Three levels over a 600-token prompt: several gists to choose from, paths of more than one expansion.
+OVERRIDES = TINY + SCENARIO + ["mc.max_lod=2", "allocator.expand_top=1", "allocator.trade_margin_z=0.0",
+                               "allocator.inference.iterations=4", "allocator.inference.max_edits=2",
+                               "allocator.inference.edit_budget=6"]
+
+
+def _controller(branches: int, seed: int = 0):
+    torch.manual_seed(seed)
+    return build_controller(load_config(OVERRIDES + [f"allocator.inference.branches={branches}"]),
+                            device=torch.device("cpu"))
+
+
+def _prompt(seed: int, n: int = 600) -> torch.Tensor:
+    return torch.randint(0, 256, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+def _confidence(ctrl) -> float:
+    return float(torch.softmax(ctrl.next_token_logits().float(), dim=-1).max())
+
+
+def test_one_branch_is_lensnets_zoom_alone():
+    ctrl = _controller(1)
+    ctrl.begin_session(_prompt(0))
+    rec = ctrl.refocus()
+    assert rec.branch == 0 and rec.confidences == [] and rec.edits
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_branches_keep_the_most_confident_layout(seed):
+    plain, branched = _controller(1, seed), _controller(3, seed)  # same weights: same seed
+    plain.begin_session(_prompt(seed))
+    branched.begin_session(_prompt(seed))
+    plain.refocus()
+    rec = branched.refocus()
+    s = branched.session
+    s.wc.validate()
+    assert len(rec.confidences) == 3  # LensNet's zoom and two more
+    assert rec.branch == rec.confidences.index(max(rec.confidences))
+    # The kept layout is the one that confidence was measured on, and its edits are that path's.
+    assert _confidence(branched) == pytest.approx(max(rec.confidences), abs=1e-6)
+    assert 0 < len(rec.edits) <= 6
+    if rec.branch != 0:  # another path won, strictly, and its layout differs from LensNet's own
+        assert rec.confidences[rec.branch] > rec.confidences[0]
+        assert s.wc.entries != plain.session.wc.entries
+    assert len(s.refocus_log) == 1 and s.tokens_since_refocus == 0
+
+
+@pytest.mark.parametrize("confidences, kept", [([0.5, 0.5, 0.5], 0), ([0.1, 0.3, 0.2], 1), ([0.1, 0.2, 0.3], 2)])
+def test_the_choice_follows_confidence_and_ties_keep_lensnets_path(monkeypatch, confidences, kept):
+    plain, branched = _controller(1), _controller(3)
+    plain.begin_session(_prompt(5))
+    branched.begin_session(_prompt(5))
+    lens_only = plain.refocus()
+    layouts, seq = [], iter(confidences)
+
+    def fake_confidence():  # records the layout each branch ended on
+        layouts.append(list(branched.session.wc.entries))
+        return next(seq)
+
+    monkeypatch.setattr(branched, "_next_token_confidence", fake_confidence)
+    rec = branched.refocus()
+    assert rec.confidences == confidences and rec.branch == kept
+    assert branched.session.wc.entries == layouts[kept]
+    assert layouts[0] == plain.session.wc.entries  # branch 0 is exactly a one-branch refocus
+    assert len({tuple(x) for x in layouts}) == 3  # three different paths
+    if kept == 0:
+        assert [(e.kind, e.entry) for e in rec.edits] == [(e.kind, e.entry) for e in lens_only.edits]
+
+
+def test_a_branch_zooms_its_own_gist():
+    """Branch k expands the gist LensNet ranked k-th first (its span ends at a finer LOD than before)."""
+    ctrl = _controller(2)
+    ctrl.begin_session(_prompt(1))
+    s = ctrl.session
+    start = s.wc.copy()
+    scores = ctrl._lensnet_allocator_scores(s.materialize(), s.num_tokens)[: len(start)].tolist()
+    gists = sorted((i for i in range(len(start)) if start[i][0] > 0), key=lambda i: -scores[i])
+    second = start.span(gists[1])
+    branch, _ = zoom(s, ctrl._session_scores, focus_span=second)
+    first_expand = next(e for e in branch.edits if e.kind == "expand")  # a trade's collapse may come first
+    assert first_expand.entry == start[gists[1]]
+    finest = min(s.wc[i][0] for i in range(len(s.wc)) if s.wc.overlap_mask(*second)[i] > 0)
+    assert finest < start[gists[1]][0]
+
+
+@pytest.mark.parametrize("bad", [0, -1])
+def test_branches_must_be_positive(bad):
+    with pytest.raises(ConfigError, match="allocator.inference.branches"):
+        load_config(OVERRIDES + [f"allocator.inference.branches={bad}"])
