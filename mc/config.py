@@ -119,9 +119,13 @@ class AllocatorInferenceConfig:
     edit_budget: int = 0  # edits per refocus at most, over all its iterations (0 = iterations * max_edits)
     refocus_interval: int = 32  # tokens appended between refocuses
     # paths a refocus tries: 1 = LensNet's zoom alone; b > 1 also zooms each of the next b - 1 highest-scored gists
-    # (same start, same edit budget) and keeps the layout under which the base model is most confident of the next
-    # token. Costs b times the LensNet calls plus b base forwards per refocus (obsidian Focus Allocator).
+    # (same start, same edit budget) and keeps the layout under which the base model best predicts the newest
+    # branch_tail_tokens tokens. Costs b times the LensNet calls plus b base forwards per refocus (obsidian Focus Allocator).
     branches: int = 1
+    branch_tail_tokens: int = 8  # newest tokens whose log-likelihood ranks the branches; < mc.recent_tokens (LOD0 tail)
+    # nats: another path replaces LensNet's own zoom only when it fits those tokens better by this much. Small
+    # differences are noise that would trade LensNet's (usually right) path for a wrong one (obsidian Focus Allocator).
+    branch_margin: float = 8.0
 
 
 @dataclass

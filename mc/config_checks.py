@@ -111,6 +111,14 @@ def validate(cfg: RunConfig) -> RunConfig:
     for k in ("iterations", "max_edits", "refocus_interval", "branches"):
         _positive(f"allocator.inference.{k}", getattr(al.inference, k))
     _positive("allocator.inference.edit_budget", al.inference.edit_budget, 0, " (0 = iterations * max_edits)")
+    _positive("allocator.inference.branch_tail_tokens", al.inference.branch_tail_tokens)
+    bm = al.inference.branch_margin
+    if isinstance(bm, bool) or not isinstance(bm, (int, float)) or not 0.0 <= bm < 1e6:
+        _fail("allocator.inference.branch_margin", bm, "expected a number of nats >= 0")
+    if al.inference.branches > 1 and al.inference.branch_tail_tokens >= cfg.mc.recent_tokens:
+        _fail("allocator.inference.branch_tail_tokens", al.inference.branch_tail_tokens,
+              f"must be smaller than mc.recent_tokens ({cfg.mc.recent_tokens}): the scored tokens and the one before "
+              "them must lie in the LOD0 tail")
 
     c = cfg.compile
     for net in ("lensnet", "gistnet"):

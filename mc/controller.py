@@ -238,12 +238,10 @@ class MCController:
 
     @torch.no_grad()
     def refocus(self) -> RefocusRecord:
-        """LensNet-driven allocator iterations until one chooses no edit, ``allocator.inference.iterations``
-        ran, or the edit budget is spent (multi-level: one level per iteration); with
-        ``allocator.inference.branches > 1``, the next-ranked gists' zooms too, keeping the layout the base
-        is most confident under. See :mod:`mc.refocus`."""
+        """LensNet-driven allocator iterations, one level per iteration, within the edit budget; with
+        ``allocator.inference.branches > 1`` also other paths, kept by the base's fit (:mod:`mc.refocus`)."""
         s = self._require_session()
-        record = run_refocus(s, self._session_scores, self._next_token_confidence)
+        record = run_refocus(s, self._session_scores, self._tail_fit)
         self.telemetry.emit({"kind": "refocus", "num_tokens": s.num_tokens, "iterations": record.iterations,
                              "edits": len(record.edits), "entries": len(s.wc), "branch": record.branch})
         return record
@@ -252,9 +250,14 @@ class MCController:
         mwc = s.materialize()
         return self._lensnet_allocator_scores(mwc, s.num_tokens)[: mwc.length].cpu()  # [len(wc)]
 
-    def _next_token_confidence(self) -> float:
-        """The base model's largest next-token probability on the session's current layout."""
-        return float(torch.softmax(self.next_token_logits().float(), dim=-1).max())
+    def _tail_fit(self) -> float:
+        """Log-likelihood (nats) of the newest ``allocator.inference.branch_tail_tokens`` tokens under the
+        session's layout; they lie in the LOD0 tail, so entry j's logits predict entry j + 1's token."""
+        s, n = self._require_session(), self.cfg.allocator.inference.branch_tail_tokens
+        mwc = s.materialize()
+        logits = self.base_logits(mwc.embeds[None], mwc.positions[None], mwc.lods[None], mwc.mask[None])[0]
+        logp = torch.log_softmax(logits[mwc.length - n - 1: mwc.length - 1].float(), dim=-1)  # [n, V]
+        return float(logp.gather(1, s.history()[-n:].to(logp.device)[:, None]).sum())
 
     @torch.no_grad()
     def next_token_logits(self) -> Tensor:

@@ -1,7 +1,7 @@
 """The refocus of an inference session: allocator iterations on LensNet's scores, optionally branched.
 
 Owns the policy of one refocus; the :class:`mc.controller.MCController` calls :func:`run_refocus` with
-its own helpers for LensNet's scores and the base model's next-token confidence, so the controller's
+its own helpers for LensNet's scores and the base model's fit of the newest tokens, so the controller's
 helpers stay the only call sites of the (possibly compiled) nets.
 
 * a **zoom** (:func:`zoom`) runs allocator iterations until one chooses no edit,
@@ -9,11 +9,13 @@ helpers stay the only call sites of the (possibly compiled) nets.
   edited layout, so a detail under an LOD-L gist is reached in L iterations (multi-level refocus);
 * with ``allocator.inference.branches = b > 1``, :func:`run_refocus` also zooms each of the gists LensNet
   ranked 2nd..b-th on the starting layout (each from that layout, same edit budget, held on its subtree
-  by a score bonus) and keeps the layout under which the base model is most confident of the next token;
-  ties keep LensNet's own zoom. Why: LensNet ranks the queried record's coarse gist first in most but
-  not all documents (a distractor's gist is often first when it is wrong, the needle's second), and a
-  base model that can copy the record is confident only when the record it reads matches the query
-  (obsidian Focus Allocator, "Branched refocus").
+  by a score bonus) and keeps the layout under which the base model best predicts the newest
+  ``allocator.inference.branch_tail_tokens`` tokens (their log-likelihood); another path replaces
+  LensNet's own zoom only when it fits them better by ``allocator.inference.branch_margin`` nats.
+  Why: LensNet ranks the queried record's coarse gist first in most but not all documents (when it is
+  wrong, a distractor's gist is first and the needle's second or third), and the newest tokens (the
+  question) are best explained by the layout that holds what they refer to (obsidian Focus Allocator,
+  "Branched refocus").
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from torch import Tensor
 from mc.session import InferenceSession, RefocusRecord
 
 ScoreFn = Callable[[InferenceSession], Tensor]  # session -> LensNet scores [len(wc)] on its current layout
-ConfidenceFn = Callable[[], float]  # the base's largest next-token probability on the session's layout
+TailFitFn = Callable[[], float]  # log-likelihood of the session's newest tokens under its current layout
 
 BRANCH_BONUS = 2.0  # added to a branch's entries; LensNet's scores are tanh, in [-1, 1], so they rank first
 
@@ -52,24 +54,25 @@ def zoom(s: InferenceSession, scores_fn: ScoreFn, focus_span: tuple[int, int] | 
     return record, first_scores
 
 
-def run_refocus(s: InferenceSession, scores_fn: ScoreFn, confidence_fn: ConfidenceFn) -> RefocusRecord:
+def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn) -> RefocusRecord:
     """A whole refocus (see the module docstring): zoom, branches, one cooldown tick. Returns its record
-    (``branch``: the path kept; ``confidences``: per path tried, empty with one branch)."""
+    (``branch``: the path kept; ``branch_fits``: per path tried, empty with one branch)."""
     branches = s.cfg.allocator.inference.branches
     start_wc, start_allocator = s.wc.copy(), s.allocator.copy()
     record, first_scores = zoom(s, scores_fn)
     if branches > 1 and first_scores:
-        record.confidences = [confidence_fn()]
-        kept = (record, s.wc, s.allocator)
+        record.branch_fits = [tail_fit_fn()]
+        margin = s.cfg.allocator.inference.branch_margin
+        kept, kept_fit = (record, s.wc, s.allocator), record.branch_fits[0] + margin
         gists = sorted((i for i in range(len(start_wc)) if start_wc[i][0] > 0), key=lambda i: -first_scores[i])
         for i in gists[1:branches]:
             s.wc, s.allocator = start_wc.copy(), start_allocator.copy()
             path, _ = zoom(s, scores_fn, focus_span=start_wc.span(i))
-            record.confidences.append(confidence_fn())
-            if record.confidences[-1] > max(record.confidences[:-1]):  # strictly: ties keep the earlier path
-                kept = (path, s.wc, s.allocator)
+            record.branch_fits.append(tail_fit_fn())
+            if record.branch_fits[-1] > kept_fit:  # strictly: ties keep the earlier path
+                kept, kept_fit = (path, s.wc, s.allocator), record.branch_fits[-1]
+                record.branch = len(record.branch_fits) - 1
         best, s.wc, s.allocator = kept
-        record.branch = record.confidences.index(max(record.confidences))
         record.iterations, record.edits = best.iterations, best.edits
     s.allocator.end_refocus()
     s.tokens_since_refocus = 0

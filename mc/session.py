@@ -26,7 +26,7 @@ class RefocusRecord:
     iterations: int  # allocator iterations actually run (stops early when no edit is chosen)
     edits: list[Edit] = field(default_factory=list)
     branch: int = 0  # the path kept (0: LensNet's own zoom; k: the k-th other gist, allocator.inference.branches)
-    confidences: list[float] = field(default_factory=list)  # per branch tried: the base's top next-token probability
+    branch_fits: list[float] = field(default_factory=list)  # per branch tried: log-likelihood of the newest tokens
 
 
 class InferenceSession:

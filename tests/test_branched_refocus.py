@@ -1,5 +1,6 @@
 """Branched refocus (``allocator.inference.branches``): LensNet's zoom plus the next-ranked gists' zooms,
-the layout kept is the one the base model is most confident under. Tiny random nets on CPU (eager)."""
+the layout kept is the one under which the base best predicts the newest tokens. Tiny random nets on
+CPU (eager)."""
 from __future__ import annotations
 
 import pytest
@@ -14,12 +15,14 @@ from mc.refocus import zoom
 # Three levels over a 600-token prompt: several gists to choose from, paths of more than one expansion.
 OVERRIDES = TINY + SCENARIO + ["mc.max_lod=2", "allocator.expand_top=1", "allocator.trade_margin_z=0.0",
                                "allocator.inference.iterations=4", "allocator.inference.max_edits=2",
-                               "allocator.inference.edit_budget=6"]
+                               "allocator.inference.edit_budget=6",
+                               "allocator.inference.branch_tail_tokens=4", "allocator.inference.branch_margin=0"]
 
 
-def _controller(branches: int, seed: int = 0):
+def _controller(branches: int, seed: int = 0, margin: float = 0.0):
     torch.manual_seed(seed)
-    return build_controller(load_config(OVERRIDES + [f"allocator.inference.branches={branches}"]),
+    return build_controller(load_config(OVERRIDES + [f"allocator.inference.branches={branches}",
+                                                     f"allocator.inference.branch_margin={margin}"]),
                             device=torch.device("cpu"))
 
 
@@ -27,15 +30,19 @@ def _prompt(seed: int, n: int = 600) -> torch.Tensor:
     return torch.randint(0, 256, (n,), generator=torch.Generator().manual_seed(seed))
 
 
-def _confidence(ctrl) -> float:
-    return float(torch.softmax(ctrl.next_token_logits().float(), dim=-1).max())
+def _fit(ctrl) -> float:  # log-likelihood of the newest 4 tokens, computed here by hand
+    s = ctrl.session
+    mwc = s.materialize()
+    logp = torch.log_softmax(ctrl.base_logits(mwc.embeds[None], mwc.positions[None], mwc.lods[None], mwc.mask[None])[0], -1)
+    ids = s.history()
+    return sum(float(logp[mwc.length - 1 - j - 1, ids[-1 - j]]) for j in range(4))
 
 
 def test_one_branch_is_lensnets_zoom_alone():
     ctrl = _controller(1)
     ctrl.begin_session(_prompt(0))
     rec = ctrl.refocus()
-    assert rec.branch == 0 and rec.confidences == [] and rec.edits
+    assert rec.branch == 0 and rec.branch_fits == [] and rec.edits
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -47,32 +54,36 @@ def test_branches_keep_the_most_confident_layout(seed):
     rec = branched.refocus()
     s = branched.session
     s.wc.validate()
-    assert len(rec.confidences) == 3  # LensNet's zoom and two more
-    assert rec.branch == rec.confidences.index(max(rec.confidences))
+    assert len(rec.branch_fits) == 3  # LensNet's zoom and two more
+    assert rec.branch == rec.branch_fits.index(max(rec.branch_fits))  # margin 0: the best fit
     # The kept layout is the one that confidence was measured on, and its edits are that path's.
-    assert _confidence(branched) == pytest.approx(max(rec.confidences), abs=1e-6)
+    assert _fit(branched) == pytest.approx(max(rec.branch_fits), abs=1e-4)
     assert 0 < len(rec.edits) <= 6
     if rec.branch != 0:  # another path won, strictly, and its layout differs from LensNet's own
-        assert rec.confidences[rec.branch] > rec.confidences[0]
+        assert rec.branch_fits[rec.branch] > rec.branch_fits[0]
         assert s.wc.entries != plain.session.wc.entries
     assert len(s.refocus_log) == 1 and s.tokens_since_refocus == 0
 
 
-@pytest.mark.parametrize("confidences, kept", [([0.5, 0.5, 0.5], 0), ([0.1, 0.3, 0.2], 1), ([0.1, 0.2, 0.3], 2)])
-def test_the_choice_follows_confidence_and_ties_keep_lensnets_path(monkeypatch, confidences, kept):
-    plain, branched = _controller(1), _controller(3)
+@pytest.mark.parametrize("margin, fits, kept", [
+    (0.0, [0.5, 0.5, 0.5], 0), (0.0, [0.1, 0.3, 0.2], 1), (0.0, [0.1, 0.2, 0.3], 2),
+    (8.0, [-9.0, -1.5, -1.2], 0),  # better, but not by the margin: LensNet's path stays
+    (8.0, [-9.0, 0.0, -3.0], 1), (8.0, [-9.0, -0.5, 0.0], 2),  # past the margin, the best of the others
+    (8.0, [-9.0, -0.95, -0.9], 2), (8.0, [-9.0, -1.0, -2.0], 0)])  # among the others no margin: the better fit wins
+def test_the_choice_follows_the_tail_fit_with_a_margin_for_lensnets_path(monkeypatch, margin, fits, kept):
+    plain, branched = _controller(1), _controller(3, margin=margin)
     plain.begin_session(_prompt(5))
     branched.begin_session(_prompt(5))
     lens_only = plain.refocus()
-    layouts, seq = [], iter(confidences)
+    layouts, seq = [], iter(fits)
 
-    def fake_confidence():  # records the layout each branch ended on
+    def fake_fit():  # records the layout each branch ended on
         layouts.append(list(branched.session.wc.entries))
         return next(seq)
 
-    monkeypatch.setattr(branched, "_next_token_confidence", fake_confidence)
+    monkeypatch.setattr(branched, "_tail_fit", fake_fit)
     rec = branched.refocus()
-    assert rec.confidences == confidences and rec.branch == kept
+    assert rec.branch_fits == fits and rec.branch == kept
     assert branched.session.wc.entries == layouts[kept]
     assert layouts[0] == plain.session.wc.entries  # branch 0 is exactly a one-branch refocus
     assert len({tuple(x) for x in layouts}) == 3  # three different paths
@@ -100,3 +111,14 @@ def test_a_branch_zooms_its_own_gist():
 def test_branches_must_be_positive(bad):
     with pytest.raises(ConfigError, match="allocator.inference.branches"):
         load_config(OVERRIDES + [f"allocator.inference.branches={bad}"])
+
+
+@pytest.mark.parametrize("bad", [0, 8, 9])  # TINY's recent tail is 8 tokens
+def test_branch_tail_must_lie_in_the_lod0_tail(bad):
+    with pytest.raises(ConfigError, match="allocator.inference.branch_tail_tokens"):
+        load_config(OVERRIDES + ["allocator.inference.branches=2", f"allocator.inference.branch_tail_tokens={bad}"])
+
+
+def test_branch_margin_is_nats_at_least_zero():
+    with pytest.raises(ConfigError, match="allocator.inference.branch_margin"):
+        load_config(OVERRIDES + ["allocator.inference.branch_margin=-1"])

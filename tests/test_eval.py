@@ -196,7 +196,25 @@ def test_long_range_sweep_section(tmp_path):
             assert r["needle_lod"]["compressed"] >= 1, r
         assert set(r["needle_lod"]) == {"compressed", "focused", "random", "oracle"}
         assert r["needle_lod"]["oracle"] == 0, r  # the oracle brings the needle to full detail
+        assert r["branch"] == 0  # one branch (the default): LensNet's own path
+    assert all((c["other_branch"] == 0.0) if c["variant"] == "focused" else (c["other_branch"] is None)
+               for c in sec["cells"])
     oracle_cells = [c for c in sec["cells"] if c["variant"] == "oracle"]
     assert all(c["needle_at_lod0"] == 1.0 for c in oracle_cells)
     assert all(c["needle_at_lod0"] is None for c in sec["cells"] if c["variant"] == "recency")
     assert out["long_range"]["cells"] == sec["cells"]
+
+
+def test_long_range_sweep_with_branched_refocus(tmp_path):
+    """With ``allocator.inference.branches = 3`` each focused row says which path it kept, and a cell's
+    ``other_branch`` is the share of its rows that kept another path than LensNet's zoom."""
+    cfg = tiny_cfg(n_docs=1)
+    cfg.allocator.inference.branches, cfg.allocator.inference.branch_margin = 3, 0.0
+    lr = cfg.eval.long_range
+    lr.multiples, lr.depths, lr.n_per_cell, lr.n_needles, lr.variants = [2], [0.1, 0.5], 2, 3, ["focused"]
+    sec = run_evaluation(validate(cfg), fake_run(tmp_path, cfg), progress=False, max_files=150)["long_range"]
+    rows = sec["rows"]
+    assert len(rows) == 2 * 2 * 2 and all(r["branch"] in (0, 1, 2) for r in rows)
+    for c in sec["cells"]:
+        sel = [r for r in rows if (r["task"], r["length"], r["depth"]) == (c["task"], c["length"], c["depth"])]
+        assert c["other_branch"] == sum(r["branch"] > 0 for r in sel) / len(sel)

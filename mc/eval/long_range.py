@@ -8,7 +8,8 @@ generated documents (:mod:`mc.data.long_tasks`) are read five ways at the same e
 
 * ``recency``: the base model over the last B tokens at LOD0;
 * ``compressed``: a controller session over the prompt, no refocus;
-* ``focused``: the same session after one LensNet refocus (``MCController.refocus``);
+* ``focused``: the same session after one LensNet refocus (``MCController.refocus``; with
+  ``allocator.inference.branches > 1`` the row's ``branch`` says which path it kept);
 * ``random``: the same session after as many random-score edits as LensNet made on that document;
 * ``oracle``: the same session after expanding exactly the needle record to LOD0 (the upper
   bound of any focus policy at this budget).
@@ -126,6 +127,7 @@ def run_long_range(ctrl: MCController, cfg: RunConfig, *, progress: bool = False
             exact, edits, lod = _answer(ctrl, doc.ids, rc.value_len, variant, lensnet_edits, doc.queried_span, gen)
             if variant == "focused":
                 lensnet_edits = edits
+                row["branch"] = ctrl.session.refocus_log[-1].branch  # 0: LensNet's own path (allocator.inference.branches)
             row["exact"][variant], row["edits"][variant], row["needle_lod"][variant] = exact, edits, lod
         rows.append(row)
         if bar is not None:
@@ -146,7 +148,10 @@ def run_long_range(ctrl: MCController, cfg: RunConfig, *, progress: bool = False
                                   "hi": ci["hi"], "n": len(sel),
                                   "edits_per_refocus": (sum(edits) / len(edits)) if edits else None,
                                   # share of documents whose needle the layout holds at LOD0 when the answer starts
-                                  "needle_at_lod0": (sum(x == 0 for x in lods) / len(lods)) if lods else None})
+                                  "needle_at_lod0": (sum(x == 0 for x in lods) / len(lods)) if lods else None,
+                                  # focused only: share of documents whose refocus kept another path than LensNet's zoom
+                                  "other_branch": (sum(r["branch"] > 0 for r in sel) / len(sel))
+                                  if variant == "focused" and sel else None})
     return {"base_window": cfg.model.max_seq_len, "budget": budget, "lengths": long_range_lengths(cfg),
             "depths": list(lr.depths), "depth_jitter": lr.depth_jitter, "tasks": list(lr.tasks), "variants": variants,
             "compression": {str(n): round(n / budget, 2) for n in long_range_lengths(cfg)},
