@@ -144,5 +144,11 @@ def test_report_long_range_section(tmp_path):
     ev["long_range"]["depth_jitter"] = 0.05
     (tmp_path / "eval" / "eval.json").write_text(json.dumps(ev))
     assert "spread over depth +- 0.05." in write_report(RunConfig(), tmp_path).read_text()
+    for c in cells:  # branched refocus: one of the two depths' documents kept another path at 512 tokens
+        if c["variant"] == "focused":
+            c["other_branch"] = 0.5 if (c["length"], c["depth"]) == (512, 0.1) else 0.0
+    (tmp_path / "eval" / "eval.json").write_text(json.dumps(ev))
+    text = write_report(RunConfig(), tmp_path).read_text()
+    assert "| focused | 50% (4), 2.0 edits, LOD0 50%, other path 25% | 50% (4), 2.0 edits, LOD0 50% |" in text
     if mc.app.plots.matplotlib_missing() is None:
         assert (tmp_path / "plots" / "long_range_passkey.png").stat().st_size > 2000

@@ -197,7 +197,8 @@ def _long_range(rep: _Report, lr: dict) -> None:
             + ", ".join(f"{n}: {c}x" for n, c in lr.get("compression", {}).items()) + ". Exact recall per cell "
             "(documents per cell in brackets); edits/refocus beside the focused and random numbers, and in how many "
             "documents the needle was at LOD0 when the answer began (a miss with the needle at LOD0 is the base's copy, "
-            "one without is the focus's)."
+            "one without is the focus's); with branched refocus, in how many the focused refocus kept another path "
+            "than LensNet's own zoom (`other path`)."
             + (f" Needle depths: each bucket's documents spread over depth +- {lr['depth_jitter']:g}."
                if lr.get("depth_jitter") else " Needle depths: exact (every document of a cell at one position)."), "")
     for task in lr["tasks"]:
@@ -216,6 +217,9 @@ def _long_range(rep: _Report, lr: dict) -> None:
                 at0 = [(c["needle_at_lod0"], c["n"]) for c in sel if c.get("needle_at_lod0") is not None]
                 if at0:
                     cell += f", LOD0 {sum(a * n for a, n in at0) / max(1, sum(n for _, n in at0)):.0%}"
+                other = [(c["other_branch"], c["n"]) for c in sel if c.get("other_branch") is not None]
+                if any(a > 0 for a, _ in other):  # branched refocus: how often another path than LensNet's won
+                    cell += f", other path {sum(a * n for a, n in other) / max(1, sum(n for _, n in other)):.0%}"
                 cells.append(cell)
             rep.add(f"| {v} | " + " | ".join(cells) + " |")
         rep.add("")
