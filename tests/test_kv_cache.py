@@ -23,7 +23,10 @@ from mc.sampling import Sampler  # noqa: E402
 GEOMETRIES = {"tiny": TINY + ["mc.max_lod=3"], "cpu": ["preset=cpu", "train.device=cpu", "mc.max_lod=2"],
               # the long preset's position mode past the window (540 tokens, a 64-token window)
               "tiny-entries": TINY + ["mc.max_lod=3", "mc.positions=entries"],
-              "tiny-no-qk-norm": TINY + ["mc.max_lod=3", "model.qk_norm=false"]}  # the cached path skips the QK norms
+              "tiny-no-qk-norm": TINY + ["mc.max_lod=3", "model.qk_norm=false"],  # the cached path skips the QK norms
+              # branched refocus: the kept layout is one of several tried; the cache must follow it
+              "tiny-branched": TINY + ["mc.max_lod=3", "allocator.inference.branches=3",
+                                       "allocator.inference.branch_tail_tokens=4", "allocator.inference.branch_margin=0"]}
 
 
 def _ctrl(overrides):
@@ -46,6 +49,8 @@ def test_greedy_with_cache_equals_without(geometry):
     (a, st), (b, _) = runs[True], runs[False]
     assert len(st.refocus_log) == 16  # the 40-token prompt is due at the first token, then every 32
     assert torch.equal(a, b), f"first differing token at {(a != b).nonzero()[:1].tolist()}"
+    if geometry == "tiny-branched":  # other paths than LensNet's were kept, so the cache followed a switch
+        assert any(r.branch > 0 for r in ctrl.session.refocus_log)
 
 
 def test_cache_recomputes_only_the_changed_suffix():
