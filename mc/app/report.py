@@ -186,19 +186,21 @@ def _edits_per_refocus(per_doc: list[dict]) -> dict[str, dict[str, float]]:
     return out
 
 
+def _share(cells: list[dict], key: str) -> float | None:  # document-weighted mean of a per-cell share
+    have = [(c[key], c["n"]) for c in cells if c.get(key) is not None]
+    return sum(a * n for a, n in have) / max(1, sum(n for _, n in have)) if have else None
+
+
 def _long_range(rep: _Report, lr: dict) -> None:
     """The long-range sweep: a table per task (variant x length, averaged over depths) and heatmaps."""
     from mc.app.plots import plot_long_range_heatmaps  # noqa: PLC0415
-
     if not lr.get("cells"):
         return
     rep.add("### Long-range sweep", "",
             f"Base window {lr['base_window']} tokens, budget {lr['budget']} entries; compression (history / entries): "
             + ", ".join(f"{n}: {c}x" for n, c in lr.get("compression", {}).items()) + ". Exact recall per cell "
-            "(documents per cell in brackets); edits/refocus beside the focused and random numbers, and in how many "
-            "documents the needle was at LOD0 when the answer began (a miss with the needle at LOD0 is the base's copy, "
-            "one without is the focus's); with branched refocus, in how many the focused refocus kept another path "
-            "than LensNet's own zoom (`other path`)."
+            "(documents per cell in brackets); edits/refocus beside the focused and random numbers, how often the needle "
+            "was at LOD0 when the answer began (a miss with it there is the base's copy) and another path than LensNet's kept."
             + (f" Needle depths: each bucket's documents spread over depth +- {lr['depth_jitter']:g}."
                if lr.get("depth_jitter") else " Needle depths: exact (every document of a cell at one position)."), "")
     for task in lr["tasks"]:
@@ -214,12 +216,9 @@ def _long_range(rep: _Report, lr: dict) -> None:
                 ed = [c["edits_per_refocus"] for c in sel if c.get("edits_per_refocus") is not None]
                 if v in ("focused", "random") and ed:
                     cell += f", {sum(ed) / len(ed):.1f} edits"
-                at0 = [(c["needle_at_lod0"], c["n"]) for c in sel if c.get("needle_at_lod0") is not None]
-                if at0:
-                    cell += f", LOD0 {sum(a * n for a, n in at0) / max(1, sum(n for _, n in at0)):.0%}"
-                other = [(c["other_branch"], c["n"]) for c in sel if c.get("other_branch") is not None]
-                if any(a > 0 for a, _ in other):  # branched refocus: how often another path than LensNet's won
-                    cell += f", other path {sum(a * n for a, n in other) / max(1, sum(n for _, n in other)):.0%}"
+                at0, other = _share(sel, "needle_at_lod0"), _share(sel, "other_branch")
+                cell += "" if at0 is None else f", LOD0 {at0:.0%}"
+                cell += f", other path {other:.0%}" if other else ""  # branched refocus: another path than LensNet's won
                 cells.append(cell)
             rep.add(f"| {v} | " + " | ".join(cells) + " |")
         rep.add("")
