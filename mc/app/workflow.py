@@ -68,7 +68,8 @@ later selected stages run again. The resolved config is written to config.json f
 whose config.json differs is refused (exit 2, naming the keys) unless --force redoes the stages they feed.
 
 Flags (both --flag=V and --flag V work):
-  --preset NAME                    smoke (minutes on 2 CPU cores), cpu (default), h100
+  --preset NAME                    smoke (minutes on 2 CPU cores), cpu (default), long (the 4x-64x
+                                   long-range sweep, ~25 min on 2 cores), h100
   --mc_compile_lensnet=1           compile LensNet in training   (compile.lensnet.train)
   --mc_compile_lensnet_inference=1 compile LensNet at inference  (compile.lensnet.inference)
   --mc_compile_gistnet=1           compile GistNet, both contexts (compile.gistnet.*)
