@@ -114,7 +114,7 @@ def _train(stage: str) -> Callable[..., dict[str, Any]]:
 
 
 def _rank_main(argv: Sequence[str]) -> int:
-    from mc.train import distributed  # noqa: PLC0415
+    import mc.train.distributed as distributed  # noqa: PLC0415
 
     if len(argv) != 2 or argv[0] not in STAGES:
         print(f"usage: torchrun ... -m mc.train.launch {{{','.join(STAGES)}}} LAUNCH_JSON (got {list(argv)})",

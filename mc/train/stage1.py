@@ -30,12 +30,12 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+import mc.train.distributed as distributed
 from mc.config import RunConfig, to_dict
 from mc.config_checks import validate
 from mc.data.split import VAL_SEED_OFFSET
 from mc.io import clean_stale_tmp
 from mc.nets.gpt import GPT, next_token_loss
-from mc.train import distributed
 from mc.train.checkpoint import load_checkpoint, require_keys, rng_state, save_checkpoint
 from mc.train.common import check_resume_config, finish_loop, loop_io, resume_into, setup_device
 from mc.train.optim import lr_at, make_optimizer, set_lr

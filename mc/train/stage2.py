@@ -41,13 +41,13 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+import mc.train.distributed as distributed
 from mc.build import build_controller, stage1_base_path
 from mc.compile.telemetry import Telemetry
 from mc.config import RunConfig, to_dict
 from mc.config_checks import validate
 from mc.controller import MCController
 from mc.io import clean_stale_tmp
-from mc.train import distributed
 from mc.train.checkpoint import load_checkpoint, require_keys, rng_state
 from mc.train.common import check_resume_config, finish_loop, loop_io, resume_into, setup_device
 from mc.train.optim import lr_at, make_optimizer, set_lr
