@@ -126,6 +126,10 @@ class AllocatorInferenceConfig:
     # nats: another path replaces LensNet's own zoom only when it fits those tokens better by this much. Small
     # differences are noise that would trade LensNet's (usually right) path for a wrong one (obsidian Focus Allocator).
     branch_margin: float = 8.0
+    # once a zoom has opened a block to LOD0, its next expansion (once per zoom) is the gist bordering an opened block
+    # that LensNet scores highest, not the best-scored gist anywhere (same edit budget): a record across two blocks
+    # is opened whole instead of being left half a gist (obsidian Focus Allocator, "Edge first").
+    edge_first: bool = False
 
 
 @dataclass

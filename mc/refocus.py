@@ -7,6 +7,9 @@ helpers stay the only call sites of the (possibly compiled) nets.
 * a **zoom** (:func:`zoom`) runs allocator iterations until one chooses no edit,
   ``allocator.inference.iterations`` ran, or the edit budget is spent; each iteration rescores the
   edited layout, so a detail under an LOD-L gist is reached in L iterations (multi-level refocus);
+* with ``allocator.inference.edge_first``, once a zoom has opened a block to LOD0 its next expansion (once per
+  zoom) is the bordering gist LensNet scores highest, within the same budget: a needle across two blocks is
+  opened whole (obsidian Focus Allocator, "Edge first");
 * with ``allocator.inference.branches = b > 1``, :func:`run_refocus` also zooms each of the gists LensNet
   ranked 2nd..b-th on the starting layout (each from that layout, same edit budget, held on its subtree
   by a score bonus) and keeps the layout under which the base model best predicts the newest
@@ -24,6 +27,7 @@ from typing import Callable
 from torch import Tensor
 
 from mc.session import InferenceSession, RefocusRecord
+from mc.working_context import Entry
 
 ScoreFn = Callable[[InferenceSession], Tensor]  # session -> LensNet scores [len(wc)] on its current layout
 TailFitFn = Callable[[], float]  # log-likelihood of the session's newest tokens under its current layout
@@ -40,18 +44,50 @@ def zoom(s: InferenceSession, scores_fn: ScoreFn, focus_span: tuple[int, int] | 
     inf = s.cfg.allocator.inference
     budget = inf.edit_budget or inf.iterations * inf.max_edits
     record, first_scores = RefocusRecord(num_tokens=s.num_tokens, iterations=0), []
+    edge_used = False
     while record.iterations < inf.iterations and len(record.edits) < budget:
         scores = scores_fn(s)
         if record.iterations == 0:
             first_scores = scores.tolist()
         if focus_span is not None:
             scores = scores + BRANCH_BONUS * s.wc.overlap_mask(*focus_span)
+        lifted = None
+        if inf.edge_first and not edge_used:  # once per zoom: then LensNet's own ranking again
+            scores, lifted = _lift_edge(s, scores, record.edits)
         edits = s.allocator.step(s.wc, scores, max_edits=min(inf.max_edits, budget - len(record.edits)))
+        edge_used = edge_used or any(e.kind == "expand" and e.entry == lifted for e in edits)
         record.iterations += 1
         record.edits += edits
         if not edits:
             break
     return record, first_scores
+
+
+def edge_gists(s: InferenceSession, edits) -> list[int]:
+    """Indices of the gists that border a block ``edits`` opened to LOD0 (an expanded LOD1 gist), except
+    gists the cooldown keeps from expanding. Tokens are in order in the working context, so a gist borders
+    the block when its span ends where the block starts or starts where it ends."""
+    K, wc = s.wc.block_size, s.wc
+    bounds = set()
+    for e in edits:
+        if e.kind == "expand" and e.entry[0] == 1:
+            bounds |= {e.entry[1] * K, (e.entry[1] + 1) * K}
+    return [i for i in range(len(wc)) if wc[i][0] > 0 and not s.allocator.expand_blocked(wc[i])
+            and (wc.span(i)[1] in bounds or wc.span(i)[0] in bounds)]
+
+
+def _lift_edge(s: InferenceSession, scores: Tensor, edits) -> tuple[Tensor, Entry | None]:
+    """``allocator.inference.edge_first``: the bordering gist LensNet scores highest ranks above every other
+    entry (the branch's own included), so the zoom's next expansion opens it. Returns the scores and that
+    gist's entry (unchanged scores and None when no gist borders an opened block)."""
+    edge = edge_gists(s, edits)
+    if not edge:
+        return scores, None
+    best = max(edge, key=lambda i: (float(scores[i]), -i))  # ties: the older gist
+    entry = s.wc[best]
+    scores = scores.clone()
+    scores[best] += 2 * BRANCH_BONUS
+    return scores, entry
 
 
 def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn) -> RefocusRecord:

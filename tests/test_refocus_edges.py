@@ -1,0 +1,100 @@
+"""Edge first (``allocator.inference.edge_first``): once a zoom has opened a block to LOD0, its next
+expansion (once per zoom) is the bordering gist LensNet scores highest, inside the same edit budget. Hand-made scores on a
+tiny controller (K=4, two levels), so which entry must move is known exactly."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from _tiny_config import K, SCENARIO, TINY
+from mc.build import build_controller
+from mc.config import ConfigError
+from mc.config_loading import load_config
+from mc.refocus import edge_gists, zoom
+
+OVERRIDES = TINY + SCENARIO + ["allocator.expand_top=1", "allocator.trade_margin_z=0.0",
+                               "allocator.inference.iterations=4", "allocator.inference.max_edits=2",
+                               "allocator.inference.edit_budget=6"]
+TARGET = 101  # a token far from the recent tail, inside the LOD1 block [100, 104) and the LOD2 gist [96, 112)
+FAR = 20  # a token under another LOD2 gist, which the scores below rank second after the target
+
+
+def _session(edge_first: bool, budget: int = 6):
+    ctrl = build_controller(load_config(OVERRIDES + [f"allocator.inference.edge_first={edge_first}",
+                                                     f"allocator.inference.edit_budget={budget}"]),
+                            device=torch.device("cpu"))
+    ctrl.begin_session(torch.randint(0, 256, (200,), generator=torch.Generator().manual_seed(0)))
+    return ctrl.session
+
+
+def _scores(right: float, left: float, far: float = 0.8):
+    """1 on the entries over TARGET, ``right`` / ``left`` on the entries over the block after / before its
+    block, ``far`` over FAR, 0 elsewhere: a record that runs on across a block's edge, and a distractor."""
+    lo = TARGET // K * K
+
+    def fn(s):
+        wc = s.wc
+        on_target = wc.overlap_mask(TARGET, TARGET + 1)
+        return (on_target + (1 - on_target) * (right * wc.overlap_mask(lo + K, lo + 2 * K)
+                                              + left * wc.overlap_mask(lo - K, lo))
+                + far * wc.overlap_mask(FAR, FAR + 1))
+    return fn
+
+
+def _lod_at(s, token: int) -> int:
+    return next(s.wc[i][0] for i in range(len(s.wc)) if s.wc.span(i)[0] <= token < s.wc.span(i)[1])
+
+
+def test_the_plain_zoom_spends_its_last_expansion_on_the_distractor():
+    s = _session(False)
+    assert _lod_at(s, TARGET) == 2 and _lod_at(s, FAR) == 2
+    rec, _ = zoom(s, _scores(right=0.5, left=0.0))
+    assert _lod_at(s, TARGET) == 0 and _lod_at(s, TARGET // K * K + K) == 1  # the record's second block: a gist
+    assert _lod_at(s, FAR) == 1 and len(rec.edits) == 6
+
+
+@pytest.mark.parametrize("right,left,opened", [(0.5, 0.0, +1), (0.0, 0.5, -1), (0.3, 0.2, +1)])
+def test_edge_first_opens_the_higher_scored_bordering_block(right, left, opened):
+    s, plain = _session(True), _session(False)
+    rec, _ = zoom(s, _scores(right, left))
+    base, _ = zoom(plain, _scores(right, left))
+    lo = TARGET // K * K
+    neighbour, other = lo + opened * K, lo - opened * K
+    assert [(e.kind, e.entry) for e in rec.edits[:4]] == [(e.kind, e.entry) for e in base.edits[:4]]  # same path down
+    assert [e.entry for e in rec.edits if e.kind == "expand"][-1] == (1, neighbour // K)
+    assert len(rec.edits) <= 6  # the same edit budget
+    assert [_lod_at(s, t) for t in (TARGET, neighbour, other, FAR)] == [0, 0, 1, 2]
+    assert len(s.wc) <= s.wc.max_entries
+    s.wc.validate()
+
+
+def test_one_edge_per_zoom_then_lensnets_own_ranking():
+    s = _session(True, budget=8)
+    rec, _ = zoom(s, _scores(right=0.5, left=0.3))
+    lo = TARGET // K * K
+    expands = [e.entry for e in rec.edits if e.kind == "expand"]
+    assert expands[2] == (1, lo // K + 1)  # the edge, right after the block opened
+    assert (1, lo // K - 1) not in expands  # the other edge (0.3) is not walked to: the distractor (0.8) is next
+    assert _lod_at(s, FAR) < 2 and _lod_at(s, lo - K) == 1
+    s.wc.validate()
+
+
+def test_nothing_changes_before_a_block_is_open():
+    s, plain = _session(True, budget=4), _session(False, budget=4)  # two levels down: the block opens last
+    rec, _ = zoom(s, _scores(right=0.5, left=0.0))
+    base, _ = zoom(plain, _scores(right=0.5, left=0.0))
+    assert [(e.kind, e.entry) for e in rec.edits] == [(e.kind, e.entry) for e in base.edits]
+    assert s.wc.entries == plain.wc.entries
+
+
+def test_edge_gists_are_the_gists_that_border_an_opened_block():
+    s = _session(False)
+    rec, _ = zoom(s, _scores(right=0.5, left=0.0))
+    lo = TARGET // K * K
+    assert sorted(s.wc[i] for i in edge_gists(s, rec.edits)) == [(1, lo // K - 1), (1, lo // K + 1)]
+    assert edge_gists(s, []) == []
+
+
+def test_edge_first_must_be_a_boolean():
+    with pytest.raises(ConfigError, match="edge_first"):
+        load_config(OVERRIDES + ["allocator.inference.edge_first=maybe"])
