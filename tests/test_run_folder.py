@@ -186,8 +186,11 @@ def test_ctrl_c_prints_one_line_not_a_traceback(tmp_path):
         sys.exit(workflow.main([*TINY, "out_dir={tmp_path}", "name=k"]))
     """)
     env = dict(os.environ, OMP_NUM_THREADS="1", MC_PROGRESS="0")
+    # SIGINT back to its default in the child, as in a terminal: a suite started in the background
+    # (`bash scripts/test.sh &`) passes SIGINT on as ignored, and Python then never raises KeyboardInterrupt
     proc = subprocess.Popen([sys.executable, "-c", body], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     t0 = time.time()
     for line in proc.stdout:
         if "SLOW STAGE" in line or time.time() - t0 > 120:
