@@ -72,8 +72,8 @@ def edge_gists(s: InferenceSession, edits) -> list[int]:
     for e in edits:
         if e.kind == "expand" and e.entry[0] == 1:
             bounds |= {e.entry[1] * K, (e.entry[1] + 1) * K}
-    return [i for i in range(len(wc)) if wc[i][0] > 0 and not s.allocator.expand_blocked(wc[i])
-            and (wc.span(i)[1] in bounds or wc.span(i)[0] in bounds)]
+    return [i for i, (lo, hi) in enumerate(map(wc.span, range(len(wc))))
+            if wc[i][0] > 0 and (lo in bounds or hi in bounds) and not s.allocator.expand_blocked(wc[i])]
 
 
 def _lift_edge(s: InferenceSession, scores: Tensor, edits) -> tuple[Tensor, Entry | None]:
