@@ -126,10 +126,15 @@ class AllocatorInferenceConfig:
     # nats: another path replaces LensNet's own zoom only when it fits those tokens better by this much. Small
     # differences are noise that would trade LensNet's (usually right) path for a wrong one (obsidian Focus Allocator).
     branch_margin: float = 8.0
-    # once a zoom has opened a block to LOD0, its next expansion (once per zoom) is the gist bordering an opened block
-    # that LensNet scores highest, not the best-scored gist anywhere (same edit budget): a record across two blocks
-    # is opened whole instead of being left half a gist (obsidian Focus Allocator, "Edge first").
+    # once a zoom has opened a block to LOD0, its next expansion is the gist bordering that block that LensNet scores
+    # highest, not the best-scored gist anywhere (same edit budget): a record across two blocks is opened whole
+    # instead of being left half a gist (obsidian Focus Allocator, "Edge first").
     edge_first: bool = False
+    edge_sides: int = 1  # with edge_first: bordering expansions per zoom, 1 (LensNet's side) or 2 (both sides)
+    # an expansion of an LOD >= 2 gist is followed by the expansion of its best-scored child, so a zoom finishes the
+    # path it started instead of jumping to another coarse gist and leaving two half paths (obsidian Focus
+    # Allocator, "Descend first").
+    descend_first: bool = False
 
 
 @dataclass

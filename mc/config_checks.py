@@ -112,8 +112,11 @@ def validate(cfg: RunConfig) -> RunConfig:
         _positive(f"allocator.inference.{k}", getattr(al.inference, k))
     _positive("allocator.inference.edit_budget", al.inference.edit_budget, 0, " (0 = iterations * max_edits)")
     _positive("allocator.inference.branch_tail_tokens", al.inference.branch_tail_tokens)
-    if not isinstance(al.inference.edge_first, bool):
-        _fail("allocator.inference.edge_first", al.inference.edge_first, "expected true or false")
+    for k in ("edge_first", "descend_first"):
+        if not isinstance(getattr(al.inference, k), bool):
+            _fail(f"allocator.inference.{k}", getattr(al.inference, k), "expected true or false")
+    if isinstance(al.inference.edge_sides, bool) or al.inference.edge_sides not in (1, 2):
+        _fail("allocator.inference.edge_sides", al.inference.edge_sides, "expected 1 (one side of the opened block) or 2 (both)")
     bm = al.inference.branch_margin
     if isinstance(bm, bool) or not isinstance(bm, (int, float)) or not 0.0 <= bm < 1e6:
         _fail("allocator.inference.branch_margin", bm, "expected a number of nats >= 0")

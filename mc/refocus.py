@@ -7,9 +7,12 @@ helpers stay the only call sites of the (possibly compiled) nets.
 * a **zoom** (:func:`zoom`) runs allocator iterations until one chooses no edit,
   ``allocator.inference.iterations`` ran, or the edit budget is spent; each iteration rescores the
   edited layout, so a detail under an LOD-L gist is reached in L iterations (multi-level refocus);
-* with ``allocator.inference.edge_first``, once a zoom has opened a block to LOD0 its next expansion (once per
-  zoom) is the bordering gist LensNet scores highest, within the same budget: a needle across two blocks is
-  opened whole (obsidian Focus Allocator, "Edge first");
+* with ``allocator.inference.edge_first``, once a zoom has opened a block to LOD0 its next expansions (up to
+  ``edge_sides``: one or both sides) are the gists bordering that block, best-scored first, within the same
+  budget: a needle across two blocks is opened whole (obsidian Focus Allocator, "Edge first");
+* with ``allocator.inference.descend_first``, an expansion of an LOD >= 2 gist is followed by one of its children
+  (the best-scored), so a zoom finishes the path it started instead of leaving two half paths (obsidian Focus
+  Allocator, "Descend first");
 * with ``allocator.inference.branches = b > 1``, :func:`run_refocus` also zooms each of the gists LensNet
   ranked 2nd..b-th on the starting layout (each from that layout, same edit budget, held on its subtree
   by a score bonus) and keeps the layout under which the base model best predicts the newest
@@ -44,18 +47,20 @@ def zoom(s: InferenceSession, scores_fn: ScoreFn, focus_span: tuple[int, int] | 
     inf = s.cfg.allocator.inference
     budget = inf.edit_budget or inf.iterations * inf.max_edits
     record, first_scores = RefocusRecord(num_tokens=s.num_tokens, iterations=0), []
-    edge_used = False
+    edges_opened = 0
     while record.iterations < inf.iterations and len(record.edits) < budget:
         scores = scores_fn(s)
         if record.iterations == 0:
             first_scores = scores.tolist()
         if focus_span is not None:
             scores = scores + BRANCH_BONUS * s.wc.overlap_mask(*focus_span)
-        lifted = None
-        if inf.edge_first and not edge_used:  # once per zoom: then LensNet's own ranking again
-            scores, lifted = _lift_edge(s, scores, record.edits)
+        edge = None
+        if inf.edge_first and edges_opened < inf.edge_sides:  # then LensNet's own ranking again
+            scores, edge = _lift_edge(s, scores, record.edits)
+        if edge is None and inf.descend_first:
+            scores = _lift_child(s, scores, record.edits)
         edits = s.allocator.step(s.wc, scores, max_edits=min(inf.max_edits, budget - len(record.edits)))
-        edge_used = edge_used or any(e.kind == "expand" and e.entry == lifted for e in edits)
+        edges_opened += any(e.kind == "expand" and e.entry == edge for e in edits)
         record.iterations += 1
         record.edits += edits
         if not edits:
@@ -63,31 +68,56 @@ def zoom(s: InferenceSession, scores_fn: ScoreFn, focus_span: tuple[int, int] | 
     return record, first_scores
 
 
+def _first_opened(edits) -> list:
+    """The expansion that first opened a block to LOD0 (an LOD1 gist expanded), as a list of at most one."""
+    return [e for e in edits if e.kind == "expand" and e.entry[0] == 1][:1]
+
+
 def edge_gists(s: InferenceSession, edits) -> list[int]:
-    """Indices of the gists that border a block ``edits`` opened to LOD0 (an expanded LOD1 gist), except
+    """Indices of the gists that border the first block ``edits`` opened to LOD0 (:func:`_first_opened`), except
     gists the cooldown keeps from expanding. Tokens are in order in the working context, so a gist borders
     the block when its span ends where the block starts or starts where it ends."""
     K, wc = s.wc.block_size, s.wc
-    bounds = set()
-    for e in edits:
-        if e.kind == "expand" and e.entry[0] == 1:
-            bounds |= {e.entry[1] * K, (e.entry[1] + 1) * K}
+    bounds = {b for e in _first_opened(edits) for b in (e.entry[1] * K, (e.entry[1] + 1) * K)}
     return [i for i, (lo, hi) in enumerate(map(wc.span, range(len(wc))))
             if wc[i][0] > 0 and (lo in bounds or hi in bounds) and not s.allocator.expand_blocked(wc[i])]
 
 
+def _lift(scores: Tensor, i: int) -> Tensor:
+    """``scores`` with entry ``i`` above every other entry, a branch's own included (scores are in [-1, 1])."""
+    scores = scores.clone()
+    scores[i] += 2 * BRANCH_BONUS
+    return scores
+
+
 def _lift_edge(s: InferenceSession, scores: Tensor, edits) -> tuple[Tensor, Entry | None]:
-    """``allocator.inference.edge_first``: the bordering gist LensNet scores highest ranks above every other
-    entry (the branch's own included), so the zoom's next expansion opens it. Returns the scores and that
-    gist's entry (unchanged scores and None when no gist borders an opened block)."""
+    """``allocator.inference.edge_first``: the bordering gist LensNet scores highest ranks first, so the zoom's
+    next expansion opens it. Returns the scores and that gist's entry (unchanged scores and None when no gist
+    borders an opened block)."""
     edge = edge_gists(s, edits)
     if not edge:
         return scores, None
     best = max(edge, key=lambda i: (float(scores[i]), -i))  # ties: the older gist
-    entry = s.wc[best]
-    scores = scores.clone()
-    scores[best] += 2 * BRANCH_BONUS
-    return scores, entry
+    return _lift(scores, best), s.wc[best]
+
+
+def _lift_child(s: InferenceSession, scores: Tensor, edits) -> Tensor:
+    """``allocator.inference.descend_first``: when the zoom's last expansion opened a gist of LOD >= 2, the child
+    of it that LensNet scores highest ranks first, so the zoom finishes the path it started. Unchanged scores
+    when the last expansion was of an LOD1 gist (its children are tokens) or its children are all open or
+    cooling down."""
+    opened = [e.entry for e in edits if e.kind == "expand"]
+    if not opened or opened[-1][0] < 2:
+        return scores
+    lod, idx = opened[-1]
+    span = s.wc.block_size ** lod
+    lo, hi = idx * span, (idx + 1) * span
+    wc = s.wc
+    kids = [i for i in range(len(wc)) if wc[i][0] == lod - 1 and lo <= wc.span(i)[0] < hi
+            and not s.allocator.expand_blocked(wc[i])]
+    if not kids:
+        return scores
+    return _lift(scores, max(kids, key=lambda i: (float(scores[i]), -i)))
 
 
 def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn) -> RefocusRecord:

@@ -1,6 +1,7 @@
 """Edge first (``allocator.inference.edge_first``): once a zoom has opened a block to LOD0, its next
-expansion (once per zoom) is the bordering gist LensNet scores highest, inside the same edit budget. Hand-made scores on a
-tiny controller (K=4, two levels), so which entry must move is known exactly."""
+expansion (``edge_sides``: one or both) is the bordering gist LensNet scores highest, inside the same edit budget;
+descend first (``allocator.inference.descend_first``): an opened LOD >= 2 gist's best-scored child is expanded
+next. Hand-made scores on a tiny controller (K=4, two levels), so which entry must move is known exactly."""
 from __future__ import annotations
 
 import pytest
@@ -19,9 +20,9 @@ TARGET = 101  # a token far from the recent tail, inside the LOD1 block [100, 10
 FAR = 20  # a token under another LOD2 gist, which the scores below rank second after the target
 
 
-def _session(edge_first: bool, budget: int = 6):
+def _session(edge_first: bool, budget: int = 6, extra: tuple[str, ...] = ()):
     ctrl = build_controller(load_config(OVERRIDES + [f"allocator.inference.edge_first={edge_first}",
-                                                     f"allocator.inference.edit_budget={budget}"]),
+                                                     f"allocator.inference.edit_budget={budget}", *extra]),
                             device=torch.device("cpu"))
     ctrl.begin_session(torch.randint(0, 256, (200,), generator=torch.Generator().manual_seed(0)))
     return ctrl.session
@@ -98,3 +99,59 @@ def test_edge_gists_are_the_gists_that_border_an_opened_block():
 def test_edge_first_must_be_a_boolean():
     with pytest.raises(ConfigError, match="edge_first"):
         load_config(OVERRIDES + ["allocator.inference.edge_first=maybe"])
+
+
+def test_edge_sides_2_opens_both_sides_of_the_first_block():
+    s = _session(True, budget=8, extra=("allocator.inference.edge_sides=2",))
+    rec, _ = zoom(s, _scores(right=0.5, left=0.3))
+    lo = TARGET // K * K
+    expands = [e.entry for e in rec.edits if e.kind == "expand"]
+    assert expands[2:] == [(1, lo // K + 1), (1, lo // K - 1)]  # the higher-scored side first, then the other
+    assert [_lod_at(s, t) for t in (lo - K, TARGET, lo + K, FAR)] == [0, 0, 0, 2]  # the distractor never opens
+    assert len(rec.edits) <= 8
+    s.wc.validate()
+
+
+def _coarse_first(child: float, sibling: float = 0.0):
+    """The gist over TARGET scores 1 at LOD2 but ``child`` at LOD1 (under the distractor's 0.8 over FAR); the
+    LOD1 gist of the block after TARGET's (same LOD2 parent) scores ``sibling``: LensNet that finds the region
+    but is less sure of the block."""
+    lo = TARGET // K * K
+
+    def fn(s):
+        wc = s.wc
+        out = 0.8 * wc.overlap_mask(FAR, FAR + 1)
+        for i in range(len(wc)):
+            a, b = wc.span(i)
+            if a <= TARGET < b and wc[i][0] > 0:
+                out[i] = 1.0 if wc[i][0] == 2 else child
+            elif wc[i] == (1, lo // K + 1):
+                out[i] = sibling
+        return out
+    return fn
+
+
+def test_descend_first_finishes_the_path_it_started():
+    plain = _session(False, budget=4)
+    zoom(plain, _coarse_first(child=0.3))
+    assert _lod_at(plain, TARGET) == 1 and _lod_at(plain, FAR) == 1  # two half paths, no block open
+    s = _session(False, budget=4, extra=("allocator.inference.descend_first=true",))
+    rec, _ = zoom(s, _coarse_first(child=0.3))
+    assert [e.entry for e in rec.edits if e.kind == "expand"] == [(2, TARGET // K**2), (1, TARGET // K)]
+    assert _lod_at(s, TARGET) == 0 and _lod_at(s, FAR) == 2
+    s.wc.validate()
+
+
+def test_descend_first_takes_the_best_scored_child():
+    s = _session(False, budget=4, extra=("allocator.inference.descend_first=true",))
+    rec, _ = zoom(s, _coarse_first(child=0.3, sibling=0.5))
+    assert [e.entry for e in rec.edits if e.kind == "expand"][-1] == (1, TARGET // K + 1)
+    assert _lod_at(s, TARGET) == 1 and _lod_at(s, FAR) == 2
+
+
+@pytest.mark.parametrize("override,field", [("allocator.inference.edge_sides=3", "edge_sides"),
+                                            ("allocator.inference.edge_sides=0", "edge_sides"),
+                                            ("allocator.inference.descend_first=maybe", "descend_first")])
+def test_edge_sides_and_descend_first_are_checked(override, field):
+    with pytest.raises(ConfigError, match=field):
+        load_config(OVERRIDES + [override])
