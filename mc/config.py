@@ -247,7 +247,10 @@ class TrainConfig:
     stage1: StageConfig = field(default_factory=StageConfig)
     stage2: StageConfig = field(default_factory=lambda: StageConfig(steps=150, batch_size=2, grad_accum=2, lr=1e-3))
     log_every: int = 1  # stage 2: optimizer steps per metrics fetch (each fetch is one host-device sync)
-    prefetch: int = 2  # stage 2: micro-steps whose host work a background thread prepares ahead (0 = inline)
+    # stage 2: micro-steps whose host work a background thread prepares ahead (0 = inline). -1 = by device: 2 on
+    # CUDA (the host half overlaps the GPU's work), 0 on CPU, where the thread competes with the compute for the same
+    # cores (2-core CPU, long preset: 2.0 vs 2.4-2.6 steps/s; obsidian Training, "Host/device split").
+    prefetch: int = -1
     # Under torchrun (--nproc): a collective that waits longer than this fails the run (a hung rank); a rank
     # that dies is noticed within about a second. Must exceed rank 0's evaluation pauses (the others wait).
     dist_timeout_s: int = 600

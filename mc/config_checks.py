@@ -164,7 +164,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     t = cfg.train
     _choice("train.device", t.device, DEVICES)
     _positive("train.log_every", t.log_every)
-    _positive("train.prefetch", t.prefetch, 0, " (0 = host work inline, no thread)")
+    _positive("train.prefetch", t.prefetch, -1, " (0 = host work inline, no thread; -1 = 2 on CUDA, 0 on CPU)")
     _positive("train.dist_timeout_s", t.dist_timeout_s, 5, " (seconds; a collective waiting longer fails the run)")
     if not isinstance(t.tensorboard, bool):
         _fail("train.tensorboard", t.tensorboard, "expected true or false")

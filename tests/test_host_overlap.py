@@ -9,12 +9,12 @@ import torch
 
 import mc.controller as controller_module
 from mc.build import build_controller
-from mc.config import PAD_ID
+from mc.config import PAD_ID, ConfigError
 from mc.config_loading import load_config
 from mc.gather import gather_tables
 from mc.train.common import make_sampler, read_metrics
 from mc.train.checkpoint import load_checkpoint
-from mc.train.prefetch import PlanPrefetcher
+from mc.train.prefetch import PlanPrefetcher, prefetch_depth
 from mc.train.stage1 import train_stage1
 from mc.train.stage2 import train_stage2
 from mc.train.sync_audit import audit_micro_step, cuda_sync_check
@@ -111,6 +111,18 @@ def base_run(tmp_path_factory):
     d = tmp_path_factory.mktemp("s1")
     train_stage1(tiny_cfg(s1_steps=2), d, progress=False)
     return d
+
+
+@pytest.mark.parametrize("setting,device,depth", [(-1, "cuda", 2), (-1, "cpu", 0), (0, "cuda", 0), (3, "cpu", 3)])
+def test_prefetch_depth_by_device_unless_set(setting, device, depth):
+    # -1 (the default): a producer thread overlaps a GPU's work, but on a CPU it only takes the compute's cores
+    assert prefetch_depth(setting, torch.device(device)) == depth
+
+
+def test_prefetch_below_minus_one_is_a_config_error():
+    assert load_config(["preset=smoke"]).train.prefetch == -1
+    with pytest.raises(ConfigError, match="train.prefetch"):
+        load_config(["preset=smoke", "train.prefetch=-2"])
 
 
 def test_stage2_loop_with_prefetch_matches_inline_and_logs_every_log_every(base_run, tmp_path):

@@ -54,6 +54,15 @@ def _produce(make: Callable[[], StepPlan], gen: torch.Generator, q: queue.Queue,
                 continue
 
 
+def prefetch_depth(setting: int, device: torch.device) -> int:
+    """``train.prefetch`` for ``device``: the setting itself when >= 0; for -1, 2 on CUDA and 0 elsewhere. On a CPU
+    device the "device work" is the main thread's own compute, so a producer thread does not overlap it: it takes
+    cores (and the GIL) from it (obsidian "Training", "Host/device split")."""
+    if setting >= 0:
+        return setting
+    return 2 if device.type == "cuda" else 0
+
+
 class PlanPrefetcher:
     """``next()`` returns the plan of the next micro-step; ``depth`` plans are made ahead (0 = inline).
 

@@ -13,7 +13,8 @@ One optimiser step = ``grad_accum`` micro-steps of::
 then per-net gradient clipping (norm 1), ``optimizer.step()`` and ``controller.zero_grad(optimizer)`` (which keeps
 ``.grad`` allocated when CUDA graphs run). When any compile mode is on, ``controller.warmup()``
 runs every (bucket x mode) before the first step and freezes the compile cache. ``train.prefetch``
-micro-steps of host work are made ahead (:class:`mc.train.prefetch.PlanPrefetcher`; 0 = inline).
+micro-steps of host work are made ahead (:class:`mc.train.prefetch.PlanPrefetcher`; 0 = inline; -1, the default,
+= 2 on CUDA and inline on CPU).
 
 Logged every ``train.log_every`` steps (and on eval/checkpoint steps) to ``run_dir/stage2/metrics.jsonl``,
 means over the micro-steps since the last log (the one host sync of the loop): ``lm_loss`` (shared-tail loss over all
@@ -51,7 +52,7 @@ from mc.io import clean_stale_tmp
 from mc.train.checkpoint import load_checkpoint, require_keys, rng_state
 from mc.train.common import check_resume_config, finish_loop, loop_io, resume_into, setup_device
 from mc.train.optim import lr_at, make_optimizer, set_lr
-from mc.train.prefetch import PlanPrefetcher
+from mc.train.prefetch import PlanPrefetcher, prefetch_depth
 
 STAGE2_VAL_SEED_OFFSET = 104729  # stage-2 validation batches and variants: their own fixed-seed generator
 DATA_SEED_OFFSET = 1  # stage 2 draws other batches than stage 1
@@ -150,7 +151,7 @@ def train_stage2(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
     def make_plan():
         batch = train_data.sample(lst.batch_size, cfg.mc.history_tokens, gen)
         return controller.prepare_step(batch.tokens, gen, batch.queried_spans(), decoy_spans=batch.other_record_spans())
-    prefetch = PlanPrefetcher(make_plan, gen, depth=cfg.train.prefetch)
+    prefetch = PlanPrefetcher(make_plan, gen, depth=prefetch_depth(cfg.train.prefetch, device))
 
     def checkpoint() -> None:  # the data RNG as of the last consumed plan, not the ones made ahead
         dist.save(ckpt_path, {"controller": controller.state_dict(), "optimizer": optimizer.state_dict(),
