@@ -71,6 +71,9 @@ def test_default_name_comes_from_the_preset_and_the_config():
     older = {**full, "mc": {k: v for k, v in full["mc"].items() if k != "guided_variants"}}
     assert run_folder.config_diff(older, full) == []
     assert run_folder.config_diff(older, {**full, "mc": {**full["mc"], "guided_variants": 2}}) == ["mc.guided_variants"]
+    # How fast, not what: a folder recorded with another prefetch depth is neither refused nor redone.
+    assert run_folder.config_diff({**full, "train": {**full["train"], "prefetch": 2}}, full) == []
+    assert run_folder.config_diff({**full, "train": {**full["train"], "prefetch": 2, "seed": 5}}, full) == ["train.seed"]
     assert [run_folder.first_stage(k) for k in ("model.d_model", "train.stage2.lr", "train.seed", "eval.n_docs",
                                                 "bench.modes", "somethingnew")] == \
         ["stage1", "stage2", "stage1", "eval", "bench", "data"]

@@ -18,6 +18,9 @@ from typing import Any, Callable
 from mc.config import ConfigError, RunConfig, to_dict, with_defaults
 
 NOT_CONFIG = ("name", "out_dir")  # where a run lives, not what it computes
+# How fast a stage runs, not what it computes (stage 2's plans are bit-identical at any prefetch depth,
+# tests/test_host_overlap.py): a folder recorded with another value is neither refused nor redone.
+SPEED_ONLY = ("train.prefetch",)
 # The first stage whose outputs a key feeds (longest matching prefix wins); later stages depend on it
 # through their inputs. Keys not listed feed "data" (the safe default: everything is redone).
 FIRST_STAGE = {"preset": "report", "telemetry": "stage2", "bench": "bench", "eval": "eval", "allocator": "eval",
@@ -42,11 +45,11 @@ def config_payload(cfg: RunConfig | dict) -> dict:
 
 
 def config_diff(old: dict, new: dict) -> list[str]:
-    """Dotted keys whose values differ between two config dicts (``name``/``out_dir`` ignored). A key a
-    side lacks (e.g. added to the code after ``old`` was recorded) counts as its default
+    """Dotted keys whose values differ between two config dicts (``name``/``out_dir`` and :data:`SPEED_ONLY` keys
+    ignored). A key a side lacks (e.g. added to the code after ``old`` was recorded) counts as its default
     (:func:`mc.config.with_defaults`)."""
     a, b = _flat(config_payload(with_defaults(old))), _flat(config_payload(with_defaults(new)))
-    return sorted(k for k in set(a) | set(b) if a.get(k, "<missing>") != b.get(k, "<missing>"))
+    return sorted(k for k in set(a) | set(b) if a.get(k, "<missing>") != b.get(k, "<missing>") and k not in SPEED_ONLY)
 
 
 def first_stage(key: str) -> str:
