@@ -68,56 +68,50 @@ def zoom(s: InferenceSession, scores_fn: ScoreFn, focus_span: tuple[int, int] | 
     return record, first_scores
 
 
-def _first_opened(edits) -> list:
-    """The expansion that first opened a block to LOD0 (an LOD1 gist expanded), as a list of at most one."""
-    return [e for e in edits if e.kind == "expand" and e.entry[0] == 1][:1]
-
-
 def edge_gists(s: InferenceSession, edits) -> list[int]:
-    """Indices of the gists that border the first block ``edits`` opened to LOD0 (:func:`_first_opened`), except
-    gists the cooldown keeps from expanding. Tokens are in order in the working context, so a gist borders
+    """Indices of the gists that border the first block ``edits`` opened to LOD0 (the first LOD1 gist expanded),
+    except gists the cooldown keeps from expanding. Tokens are in order in the working context, so a gist borders
     the block when its span ends where the block starts or starts where it ends."""
+    first = next((e.entry for e in edits if e.kind == "expand" and e.entry[0] == 1), None)
+    if first is None:
+        return []
     K, wc = s.wc.block_size, s.wc
-    bounds = {b for e in _first_opened(edits) for b in (e.entry[1] * K, (e.entry[1] + 1) * K)}
+    bounds = (first[1] * K, (first[1] + 1) * K)
     return [i for i, (lo, hi) in enumerate(map(wc.span, range(len(wc))))
             if wc[i][0] > 0 and (lo in bounds or hi in bounds) and not s.allocator.expand_blocked(wc[i])]
 
 
-def _lift(scores: Tensor, i: int) -> Tensor:
-    """``scores`` with entry ``i`` above every other entry, a branch's own included (scores are in [-1, 1])."""
+def _lift_best(scores: Tensor, candidates: list[int]) -> tuple[Tensor, int | None]:
+    """The candidate LensNet scores highest (ties: the older entry) raised above every other entry, a branch's own
+    included (scores are in [-1, 1]), so the allocator's next expansion opens it. Unchanged scores and None
+    without candidates."""
+    if not candidates:
+        return scores, None
+    best = max(candidates, key=lambda i: (float(scores[i]), -i))
     scores = scores.clone()
-    scores[i] += 2 * BRANCH_BONUS
-    return scores
+    scores[best] += 2 * BRANCH_BONUS
+    return scores, best
 
 
 def _lift_edge(s: InferenceSession, scores: Tensor, edits) -> tuple[Tensor, Entry | None]:
-    """``allocator.inference.edge_first``: the bordering gist LensNet scores highest ranks first, so the zoom's
-    next expansion opens it. Returns the scores and that gist's entry (unchanged scores and None when no gist
-    borders an opened block)."""
-    edge = edge_gists(s, edits)
-    if not edge:
-        return scores, None
-    best = max(edge, key=lambda i: (float(scores[i]), -i))  # ties: the older gist
-    return _lift(scores, best), s.wc[best]
+    """``allocator.inference.edge_first``: the best-scored gist bordering the first opened block ranks first.
+    Returns the scores and that gist's entry (None when no gist borders an opened block)."""
+    scores, best = _lift_best(scores, edge_gists(s, edits))
+    return scores, None if best is None else s.wc[best]
 
 
 def _lift_child(s: InferenceSession, scores: Tensor, edits) -> Tensor:
-    """``allocator.inference.descend_first``: when the zoom's last expansion opened a gist of LOD >= 2, the child
-    of it that LensNet scores highest ranks first, so the zoom finishes the path it started. Unchanged scores
-    when the last expansion was of an LOD1 gist (its children are tokens) or its children are all open or
-    cooling down."""
-    opened = [e.entry for e in edits if e.kind == "expand"]
-    if not opened or opened[-1][0] < 2:
+    """``allocator.inference.descend_first``: when the zoom's last expansion opened a gist of LOD >= 2, its
+    best-scored child ranks first, so the zoom finishes the path it started. Unchanged scores when the last
+    expansion was of an LOD1 gist (its children are tokens) or its children are all open or cooling down."""
+    last = next((e.entry for e in reversed(edits) if e.kind == "expand"), None)
+    if last is None or last[0] < 2:
         return scores
-    lod, idx = opened[-1]
-    span = s.wc.block_size ** lod
-    lo, hi = idx * span, (idx + 1) * span
-    wc = s.wc
-    kids = [i for i in range(len(wc)) if wc[i][0] == lod - 1 and lo <= wc.span(i)[0] < hi
+    lod, idx = last
+    K, wc = s.wc.block_size, s.wc
+    kids = [i for i in range(len(wc)) if wc[i][0] == lod - 1 and wc[i][1] // K == idx
             and not s.allocator.expand_blocked(wc[i])]
-    if not kids:
-        return scores
-    return _lift(scores, max(kids, key=lambda i: (float(scores[i]), -i)))
+    return _lift_best(scores, kids)[0]
 
 
 def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn) -> RefocusRecord:
