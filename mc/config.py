@@ -211,6 +211,12 @@ class RecallConfig:
     # Stage 2 only: > 0 replaces n_records for stage 2's recall documents (several records, one queried, so LensNet
     # must match the query's key, not just find "a record"); 0 = n_records. Stage 1 and evaluation keep n_records.
     stage2_n_records: int = 0
+    # Stage 1 only: weight of an extra loss on the query of recall rows (its key letters, the '=' and the answer:
+    # the tokens a copy from the record predicts), added to the next-token loss; 0 = off. Why: those are ~6 of 128
+    # tokens, and a base may learn the value copy without the key copy (it then predicts the query's key no better
+    # with the record in view than without, and the branched refocus, which keeps the branch the base fits the
+    # question best under, cannot tell the records apart; obsidian Training, "Query loss").
+    stage1_query_weight: float = 0.0
 
 
 @dataclass

@@ -151,6 +151,9 @@ def validate(cfg: RunConfig) -> RunConfig:
     if r.stage2_records_region:
         _unit_interval("data.recall.stage2_records_region", r.stage2_records_region, closed=False)
     _positive("data.recall.stage2_n_records", r.stage2_n_records, 0, " (0 = n_records in stage 2 too)")
+    q = r.stage1_query_weight
+    if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0.0 <= q < 1e3:
+        _fail("data.recall.stage1_query_weight", q, "expected a number >= 0 (0 = off)")
     if r.stage1_min_tokens:
         if r.stage1_min_tokens > cfg.model.max_seq_len:
             _fail("data.recall.stage1_min_tokens", r.stage1_min_tokens,
