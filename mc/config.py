@@ -126,6 +126,10 @@ class AllocatorInferenceConfig:
     # nats: another path replaces LensNet's own zoom only when it fits those tokens better by this much. Small
     # differences are noise that would trade LensNet's (usually right) path for a wrong one (obsidian Focus Allocator).
     branch_margin: float = 8.0
+    # With branches > 1 and descend_first: the branches also zoom, from the starting layout, each child that LensNet's
+    # own zoom passed over when it descended (the runner-up under each gist it opened), so a queried record beside a
+    # distractor under one coarse gist gets a path too (obsidian Focus Allocator, "Sibling branches"). false = off.
+    branch_siblings: bool = False
     # once a zoom has opened a block to LOD0, its next expansion is the gist bordering that block that LensNet scores
     # highest, not the best-scored gist anywhere (same edit budget): a record across two blocks is opened whole
     # instead of being left half a gist (obsidian Focus Allocator, "Edge first").

@@ -21,7 +21,9 @@ helpers stay the only call sites of the (possibly compiled) nets.
   Why: LensNet ranks the queried record's coarse gist first in most but not all documents (when it is
   wrong, a distractor's gist is first and the needle's second or third), and the newest tokens (the
   question) are best explained by the layout that holds what they refer to (obsidian Focus Allocator,
-  "Branched refocus").
+  "Branched refocus"); with ``allocator.inference.branch_siblings`` the branches also zoom each child that
+  LensNet's zoom passed over when it descended (the runner-up under each gist it opened), since a record and a
+  distractor often share a coarse gist (obsidian Focus Allocator, "Sibling branches").
 """
 from __future__ import annotations
 
@@ -58,7 +60,9 @@ def zoom(s: InferenceSession, scores_fn: ScoreFn, focus_span: tuple[int, int] | 
         if inf.edge_first and edges_opened < inf.edge_sides:  # then LensNet's own ranking again
             scores, edge = _lift_edge(s, scores, record.edits)
         if edge is None and inf.descend_first:
-            scores = _lift_child(s, scores, record.edits)
+            scores, passed = _lift_child(s, scores, record.edits)
+            if passed is not None:
+                record.passed_over.append(passed)
         edits = s.allocator.step(s.wc, scores, max_edits=min(inf.max_edits, budget - len(record.edits)))
         edges_opened += any(e.kind == "expand" and e.entry == edge for e in edits)
         record.iterations += 1
@@ -100,18 +104,23 @@ def _lift_edge(s: InferenceSession, scores: Tensor, edits) -> tuple[Tensor, Entr
     return scores, None if best is None else s.wc[best]
 
 
-def _lift_child(s: InferenceSession, scores: Tensor, edits) -> Tensor:
+def _lift_child(s: InferenceSession, scores: Tensor, edits) -> tuple[Tensor, tuple[int, int] | None]:
     """``allocator.inference.descend_first``: when the zoom's last expansion opened a gist of LOD >= 2, its
     best-scored child ranks first, so the zoom finishes the path it started. Unchanged scores when the last
-    expansion was of an LOD1 gist (its children are tokens) or its children are all open or cooling down."""
+    expansion was of an LOD1 gist (its children are tokens) or its children are all open or cooling down.
+    Also returns the token span of the runner-up child (None when there is none): the sibling the zoom passed
+    over, a branch candidate (``allocator.inference.branch_siblings``)."""
     last = next((e.entry for e in reversed(edits) if e.kind == "expand"), None)
     if last is None or last[0] < 2:
-        return scores
+        return scores, None
     lod, idx = last
     K, wc = s.wc.block_size, s.wc
     kids = [i for i in range(len(wc)) if wc[i][0] == lod - 1 and wc[i][1] // K == idx
             and not s.allocator.expand_blocked(wc[i])]
-    return _lift_best(scores, kids)[0]
+    lifted, best = _lift_best(scores, kids)
+    others = [i for i in kids if i != best]
+    runner = max(others, key=lambda i: (float(scores[i]), -i)) if others else None
+    return lifted, None if runner is None else wc.span(runner)
 
 
 def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn) -> RefocusRecord:
@@ -125,9 +134,12 @@ def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn)
         margin = s.cfg.allocator.inference.branch_margin
         kept, kept_fit = (record, s.wc, s.allocator), record.branch_fits[0] + margin
         gists = sorted((i for i in range(len(start_wc)) if start_wc[i][0] > 0), key=lambda i: -first_scores[i])
-        for i in gists[1:branches]:
+        spans = [start_wc.span(i) for i in gists[1:branches]]
+        if s.cfg.allocator.inference.branch_siblings:  # then the children LensNet's zoom passed over, top down
+            spans += record.passed_over
+        for span in spans:
             s.wc, s.allocator = start_wc.copy(), start_allocator.copy()
-            path, _ = zoom(s, scores_fn, focus_span=start_wc.span(i))
+            path, _ = zoom(s, scores_fn, focus_span=span)
             record.branch_fits.append(tail_fit_fn())
             if record.branch_fits[-1] > kept_fit:  # strictly: ties keep the earlier path
                 kept, kept_fit = (path, s.wc, s.allocator), record.branch_fits[-1]

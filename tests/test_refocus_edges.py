@@ -155,3 +155,55 @@ def test_descend_first_takes_the_best_scored_child():
 def test_edge_sides_and_descend_first_are_checked(override, field):
     with pytest.raises(ConfigError, match=field):
         load_config(OVERRIDES + [override])
+
+
+# ---------------------------------------------------------------- sibling branches (allocator.inference.branch_siblings)
+
+def _target_fit(s) -> float:
+    """A stand-in for the base's fit of the question: good only when TARGET's block is open (the record read)."""
+    return 0.0 if _lod_at(s, TARGET) == 0 else -100.0
+
+
+def _branched(siblings: bool):
+    extra = ("allocator.inference.descend_first=true", "allocator.inference.branches=2",
+             "allocator.inference.branch_margin=8.0", "allocator.inference.branch_tail_tokens=4",
+             f"allocator.inference.branch_siblings={siblings}")
+    return _session(False, budget=4, extra=extra)
+
+
+@pytest.mark.parametrize("siblings", [False, True])
+def test_sibling_branches_zoom_the_child_lensnets_zoom_passed_over(siblings):
+    from mc.refocus import run_refocus  # noqa: PLC0415
+    s = _branched(siblings)
+    fits: list[float] = []
+    scores = _coarse_first(child=0.3, sibling=0.5)  # the zoom descends into the sibling, passing TARGET's block over
+    rec = run_refocus(s, scores, lambda: fits.append(_target_fit(s)) or fits[-1])
+    lo = TARGET // K * K
+    assert rec.passed_over[0] == (lo, lo + K)  # LensNet's zoom: the runner-up child under the opened LOD2 gist
+    if siblings:  # branch 0 (LensNet's zoom), branch 1 (FAR, the 2nd gist), branch 2 (the passed-over child)
+        assert len(rec.branch_fits) == 3 and rec.branch == 2 and _lod_at(s, TARGET) == 0
+        assert (1, TARGET // K) in [e.entry for e in rec.edits if e.kind == "expand"]
+    else:
+        assert len(rec.branch_fits) == 2 and rec.branch == 0 and _lod_at(s, TARGET) == 1
+    assert len(rec.edits) <= 4  # every path within the same edit budget
+    s.wc.validate()
+
+
+def test_no_sibling_branch_when_the_zoom_took_the_only_or_a_token_level_child():
+    from mc.refocus import run_refocus  # noqa: PLC0415
+    s = _branched(True)
+    rec = run_refocus(s, _coarse_first(child=0.3), lambda: _target_fit(s))
+    # the zoom took TARGET's own block (the best child): its runner-up is a sibling too, and zooming it changes nothing
+    # about which layout is kept, since LensNet's own path already reads the record
+    assert rec.branch == 0 and _lod_at(s, TARGET) == 0
+    assert len(rec.branch_fits) == 2 + len(rec.passed_over)
+
+
+@pytest.mark.parametrize("extra", [["allocator.inference.branches=1", "allocator.inference.branch_siblings=true"],
+                                   ["allocator.inference.branches=3", "allocator.inference.descend_first=false",
+                                    "allocator.inference.branch_siblings=true"],
+                                   ["allocator.inference.branches=3", "allocator.inference.descend_first=true",
+                                    "allocator.inference.branch_siblings=maybe"]])
+def test_branch_siblings_needs_branches_and_descend_first(extra):
+    with pytest.raises(ConfigError, match="branch_siblings"):
+        load_config(OVERRIDES + ["allocator.inference.branch_tail_tokens=4", *extra])
