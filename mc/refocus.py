@@ -85,13 +85,18 @@ def edge_gists(s: InferenceSession, edits) -> list[int]:
             if wc[i][0] > 0 and (lo in bounds or hi in bounds) and not s.allocator.expand_blocked(wc[i])]
 
 
+def _ranked(scores: Tensor, candidates: list[int]) -> list[int]:
+    """``candidates`` best-scored first (ties: the older entry first)."""
+    return sorted(candidates, key=lambda i: (float(scores[i]), -i), reverse=True)
+
+
 def _lift_best(scores: Tensor, candidates: list[int]) -> tuple[Tensor, int | None]:
-    """The candidate LensNet scores highest (ties: the older entry) raised above every other entry, a branch's own
+    """The candidate LensNet scores highest (:func:`_ranked`) raised above every other entry, a branch's own
     included (scores are in [-1, 1]), so the allocator's next expansion opens it. Unchanged scores and None
     without candidates."""
     if not candidates:
         return scores, None
-    best = max(candidates, key=lambda i: (float(scores[i]), -i))
+    best = _ranked(scores, candidates)[0]
     scores = scores.clone()
     scores[best] += 2 * BRANCH_BONUS
     return scores, best
@@ -117,10 +122,9 @@ def _lift_child(s: InferenceSession, scores: Tensor, edits) -> tuple[Tensor, tup
     K, wc = s.wc.block_size, s.wc
     kids = [i for i in range(len(wc)) if wc[i][0] == lod - 1 and wc[i][1] // K == idx
             and not s.allocator.expand_blocked(wc[i])]
-    lifted, best = _lift_best(scores, kids)
-    others = [i for i in kids if i != best]
-    runner = max(others, key=lambda i: (float(scores[i]), -i)) if others else None
-    return lifted, None if runner is None else wc.span(runner)
+    ranked = _ranked(scores, kids)
+    lifted, _ = _lift_best(scores, ranked[:1])
+    return lifted, wc.span(ranked[1]) if len(ranked) > 1 else None
 
 
 def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn) -> RefocusRecord:

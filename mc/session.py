@@ -27,7 +27,8 @@ class RefocusRecord:
     edits: list[Edit] = field(default_factory=list)
     branch: int = 0  # the path kept (0: LensNet's own zoom; k: the k-th other gist, allocator.inference.branches)
     branch_fits: list[float] = field(default_factory=list)  # per branch tried: log-likelihood of the newest tokens
-    # token spans of the children a descend-first zoom passed over (the runner-up at each descent), in order
+    # token spans of the children LensNet's own zoom (branch 0) passed over when it descended (descend first: the
+    # runner-up at each descent), top down; the sibling branches' starts (allocator.inference.branch_siblings)
     passed_over: list[tuple[int, int]] = field(default_factory=list)
 
 
