@@ -60,6 +60,18 @@ def test_stage1_loss_adds_the_weighted_query_term_and_is_plain_lm_when_off():
     assert torch.allclose(weighted, plain + 2.5 * by_hand)
     # the query term differs from the whole-row mean: it is the loss on ~6 of 64 tokens, not a rescaling
     assert not torch.allclose(query, plain)
+    # one cross-entropy serves both means: the gradient is that of the two losses computed apart
+    leaf = logits.detach().requires_grad_()
+    grad_one, = torch.autograd.grad(stage1_loss(leaf, batch.tokens, batch, 2.5)[0], leaf)
+    apart = next_token_loss(leaf, batch.tokens) + 2.5 * next_token_loss(
+        leaf, batch.tokens, query_mask(batch, batch.tokens.shape[1]))
+    grad_apart, = torch.autograd.grad(apart, leaf)
+    assert torch.allclose(grad_one, grad_apart, atol=1e-7)
+    # no recall row: the query term is 0 (nothing to average), the objective the plain loss
+    corpus = _batch(cfg, mix=0.0)
+    logits_c = model(corpus.tokens)
+    objective, query_c = stage1_loss(logits_c, corpus.tokens, corpus, 2.5)
+    assert float(query_c.detach()) == 0.0 and torch.allclose(objective, next_token_loss(logits_c, corpus.tokens))
 
 
 @pytest.mark.parametrize("bad", [-0.5, float("nan"), True, "1", 1e4])
