@@ -135,6 +135,32 @@ def test_a_failed_append_leaves_the_session_exactly_as_it_was(tiny):
     check_session(s)
 
 
+def test_restore_returns_to_the_snapshot_however_often_and_whatever_happened_since(tiny):
+    """The evaluation reads one document with several focus policies from one snapshot of the built session:
+    every restore must give back exactly that state (tree, layout, allocator marks, clock, log), even after
+    appends that grew a level and refocuses that edited the layout."""
+    s = new_session(tiny)
+    stream(s, 300)
+    s.allocator.step(s.wc, torch.linspace(1, -1, len(s.wc)), max_edits=2)
+    s.refocus_log.append("earlier refocus")
+    snap, before = s.snapshot(), session_state(s)
+    for chunk in (3, 5000, 40):  # 5000 tokens grow the tree a level past the snapshot's depth
+        stream(s, chunk)
+        s.allocator.step(s.wc, torch.linspace(-1, 1, len(s.wc)), max_edits=4)
+        s.allocator.end_refocus()
+        s.refocus_log.append("later refocus")
+        s.restore(snap)
+        assert_same_state(session_state(s), before)
+        assert s.refocus_log == ["earlier refocus"]
+        check_session(s)
+    stream(s, 64)  # and the restored session streams on as one that never left the snapshot
+    fresh = new_session(tiny)
+    stream(fresh, 300)
+    fresh.allocator.step(fresh.wc, torch.linspace(1, -1, len(fresh.wc)), max_edits=2)
+    stream(fresh, 64)
+    assert_same_state(session_state(s), session_state(fresh))
+
+
 def test_accepted_prompt_lengths_are_exactly_one_to_capacity():
     """Capacity is monotonic in length: a tiny budget accepts every prompt of 1..capacity tokens and
     refuses longer ones with a message that names the capacity; streaming stops at the same point."""

@@ -51,12 +51,13 @@ def needle_lod(wc, span: tuple[int, int]) -> int:
 
 
 @torch.no_grad()
-def _answer(ctrl: MCController, ids: Tensor, value_len: int, variant: str, n_edits: int,
+def _answer(ctrl: MCController, start: tuple, answer: Tensor, variant: str, n_edits: int,
             span: tuple[int, int], generator: torch.Generator) -> tuple[bool, int, int]:
-    """Greedy answer of one session variant: ``(exact, edits, needle LOD after the refocus)``.
-    ``n_edits`` is LensNet's count (random)."""
-    prompt, answer = ids[:-value_len], ids[-value_len:]
-    s = ctrl.begin_session(prompt)
+    """Greedy answer of one session variant: ``(exact, edits, needle LOD after the refocus)``, from the
+    controller's session over the prompt restored to ``start`` (its snapshot). ``n_edits`` is LensNet's
+    count (random)."""
+    s = ctrl.session
+    s.restore(start)
     if variant == "focused":
         edits = len(ctrl.refocus().edits)
     elif variant == "random":
@@ -67,7 +68,7 @@ def _answer(ctrl: MCController, ids: Tensor, value_len: int, variant: str, n_edi
         edits = 0
     lod = needle_lod(s.wc, span)  # a failure with the needle at LOD0 is the base's copy; above it, the focus's
     out = []
-    for _ in range(value_len):  # no refocus while answering: the layout chosen at the query stands
+    for _ in range(answer.numel()):  # no refocus while answering: the layout chosen at the query stands
         tok = int(ctrl.next_token_logits().argmax())
         out.append(tok)
         ctrl.append(torch.tensor([tok]), refocus=False)
@@ -117,14 +118,17 @@ def run_long_range(ctrl: MCController, cfg: RunConfig, *, progress: bool = False
         row = {"task": task, "length": length, "depth": depth, "needle_depth": round(doc_depth, 6),
                "needle_start": doc.queried_span[0], "doc": k, "answer": doc.answer,
                "exact": {}, "edits": {}, "needle_lod": {}}
-        lensnet_edits = 0
+        lensnet_edits, start = 0, None
         for variant in variants:
             if variant == "recency":
                 row["exact"][variant] = bool(lod0_answer(ctrl.base, doc.ids, window=budget,
                                                          value_len=rc.value_len)["exact"])
                 continue
+            if start is None:  # the prompt is gisted once per document; each variant starts from a copy
+                start = ctrl.begin_session(doc.ids[:-rc.value_len]).snapshot()
             gen = torch.Generator().manual_seed(SEED_OFFSET + k)
-            exact, edits, lod = _answer(ctrl, doc.ids, rc.value_len, variant, lensnet_edits, doc.queried_span, gen)
+            exact, edits, lod = _answer(ctrl, start, doc.ids[-rc.value_len:], variant, lensnet_edits,
+                                        doc.queried_span, gen)
             if variant == "focused":
                 lensnet_edits = edits
                 row["branch"] = ctrl.session.refocus_log[-1].branch  # 0: LensNet's own path (allocator.inference.branches)
