@@ -112,7 +112,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         _positive(f"allocator.inference.{k}", getattr(al.inference, k))
     _positive("allocator.inference.edit_budget", al.inference.edit_budget, 0, " (0 = iterations * max_edits)")
     _positive("allocator.inference.branch_tail_tokens", al.inference.branch_tail_tokens)
-    for k in ("edge_first", "descend_first", "branch_siblings"):
+    for k in ("edge_first", "descend_first", "branch_siblings", "branch_unchanged"):
         if not isinstance(getattr(al.inference, k), bool):
             _fail(f"allocator.inference.{k}", getattr(al.inference, k), "expected true or false")
     if isinstance(al.inference.edge_sides, bool) or al.inference.edge_sides not in (1, 2):
@@ -120,6 +120,9 @@ def validate(cfg: RunConfig) -> RunConfig:
     if al.inference.branch_siblings is True and (al.inference.branches < 2 or al.inference.descend_first is not True):
         _fail("allocator.inference.branch_siblings", True, "needs allocator.inference.branches >= 2 and descend_first: "
               "true (the siblings are branches, found where the zoom descends); set those or drop it")
+    if al.inference.branch_unchanged is True and al.inference.branches < 2:
+        _fail("allocator.inference.branch_unchanged", True, "needs allocator.inference.branches >= 2 (the unchanged "
+              "layout is kept by the branches' rule); set branches or drop it")
     bm = al.inference.branch_margin
     if isinstance(bm, bool) or not isinstance(bm, (int, float)) or not 0.0 <= bm < 1e6:
         _fail("allocator.inference.branch_margin", bm, "expected a number of nats >= 0")

@@ -23,7 +23,10 @@ helpers stay the only call sites of the (possibly compiled) nets.
   question) are best explained by the layout that holds what they refer to (obsidian Focus Allocator,
   "Branched refocus"); with ``allocator.inference.branch_siblings`` the branches also zoom each child that
   LensNet's zoom passed over when it descended (the runner-up under each gist it opened), since a record and a
-  distractor often share a coarse gist (obsidian Focus Allocator, "Sibling branches").
+  distractor often share a coarse gist (obsidian Focus Allocator, "Sibling branches"); with
+  ``allocator.inference.branch_unchanged`` the starting layout itself is the last candidate, kept (no edit) on the
+  same rule, so a refocus does not trade away a detail the question already reads (obsidian Focus Allocator,
+  "Unchanged branch").
 """
 from __future__ import annotations
 
@@ -130,8 +133,11 @@ def _lift_child(s: InferenceSession, scores: Tensor, edits) -> tuple[Tensor, tup
 def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn) -> RefocusRecord:
     """A whole refocus (see the module docstring): zoom, branches, one cooldown tick. Returns its record
     (``branch``: the path kept; ``branch_fits``: per path tried, empty with one branch)."""
-    branches = s.cfg.allocator.inference.branches
+    inf = s.cfg.allocator.inference
+    branches = inf.branches
     start_wc, start_allocator = s.wc.copy(), s.allocator.copy()
+    # the base's fit of the newest tokens before any edit: the unchanged layout's candidacy
+    start_fit = tail_fit_fn() if branches > 1 and inf.branch_unchanged else None
     record, first_scores = zoom(s, scores_fn)
     if branches > 1 and first_scores:
         record.branch_fits = [tail_fit_fn()]
@@ -147,6 +153,11 @@ def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn)
             record.branch_fits.append(tail_fit_fn())
             if record.branch_fits[-1] > kept_fit:  # strictly: ties keep the earlier path
                 kept, kept_fit = (path, s.wc, s.allocator), record.branch_fits[-1]
+                record.branch = len(record.branch_fits) - 1
+        if start_fit is not None:  # last: ties keep a zoom
+            record.branch_fits.append(start_fit)
+            if start_fit > kept_fit:
+                kept = (RefocusRecord(num_tokens=s.num_tokens, iterations=0), start_wc, start_allocator)
                 record.branch = len(record.branch_fits) - 1
         best, s.wc, s.allocator = kept
         record.iterations, record.edits = best.iterations, best.edits

@@ -25,7 +25,9 @@ class RefocusRecord:
     num_tokens: int
     iterations: int  # allocator iterations actually run (stops early when no edit is chosen)
     edits: list[Edit] = field(default_factory=list)
-    branch: int = 0  # the path kept (0: LensNet's own zoom; k: the k-th other gist, allocator.inference.branches)
+    # the path kept (0: LensNet's own zoom; k: the k-th other path, allocator.inference.branches; the last index,
+    # with no edits, when the unchanged layout was kept: allocator.inference.branch_unchanged)
+    branch: int = 0
     branch_fits: list[float] = field(default_factory=list)  # per branch tried: log-likelihood of the newest tokens
     # token spans of the children LensNet's own zoom (branch 0) passed over when it descended (descend first: the
     # runner-up at each descent), top down; the sibling branches' starts (allocator.inference.branch_siblings)

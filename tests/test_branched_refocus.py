@@ -122,3 +122,41 @@ def test_branch_tail_must_lie_in_the_lod0_tail(bad):
 def test_branch_margin_is_nats_at_least_zero():
     with pytest.raises(ConfigError, match="allocator.inference.branch_margin"):
         load_config(OVERRIDES + ["allocator.inference.branch_margin=-1"])
+
+
+@pytest.mark.parametrize("start_fit, fits, kept", [
+    (-0.5, [-9.0, -9.5, -9.9], 3),  # the unchanged layout fits by more than the margin (8): no edit
+    (-1.5, [-9.0, -9.5, -9.9], 0),  # better than LensNet's path, not by the margin
+    (-2.0, [-9.0, -0.5, -9.9], 1),  # another zoom fits better still
+    (-0.5, [-9.0, -0.5, -9.9], 1)])  # a tie keeps the zoom
+def test_the_unchanged_layout_is_the_last_candidate(monkeypatch, start_fit, fits, kept):
+    ctrl = build_controller(load_config(OVERRIDES + ["allocator.inference.branches=3", "allocator.inference.branch_margin=8",
+                                                     "allocator.inference.branch_unchanged=true"]),
+                            device=torch.device("cpu"))
+    ctrl.begin_session(_prompt(5))
+    start = list(ctrl.session.wc.entries)
+    layouts, seq = [], iter([start_fit, *fits])  # the unchanged layout is fitted first, before any zoom
+
+    def fake_fit():
+        layouts.append(list(ctrl.session.wc.entries))
+        return next(seq)
+
+    monkeypatch.setattr(ctrl, "_tail_fit", fake_fit)
+    rec = ctrl.refocus()
+    assert layouts[0] == start and rec.branch_fits == [*fits, start_fit] and rec.branch == kept
+    ctrl.session.wc.validate()
+    if kept == 3:
+        assert ctrl.session.wc.entries == start and rec.edits == [] and rec.iterations == 0
+    else:
+        assert ctrl.session.wc.entries == layouts[1 + kept] != start and rec.edits
+    assert len(ctrl.session.refocus_log) == 1 and ctrl.session.tokens_since_refocus == 0
+    monkeypatch.undo()
+    assert ctrl.refocus().edits  # nothing of the discarded zooms' cooldown marks blocks the next refocus
+
+
+@pytest.mark.parametrize("extra, match", [
+    (["allocator.inference.branches=1", "allocator.inference.branch_unchanged=true"], "needs allocator.inference.branches"),
+    (["allocator.inference.branches=2", "allocator.inference.branch_unchanged=maybe"], "branch_unchanged")])
+def test_branch_unchanged_needs_branches_and_a_bool(extra, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(OVERRIDES + extra)
