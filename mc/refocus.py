@@ -134,18 +134,17 @@ def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn)
     """A whole refocus (see the module docstring): zoom, branches, one cooldown tick. Returns its record
     (``branch``: the path kept; ``branch_fits``: per path tried, empty with one branch)."""
     inf = s.cfg.allocator.inference
-    branches = inf.branches
     start_wc, start_allocator = s.wc.copy(), s.allocator.copy()
     # the base's fit of the newest tokens before any edit: the unchanged layout's candidacy
-    start_fit = tail_fit_fn() if branches > 1 and inf.branch_unchanged else None
+    start_fit = tail_fit_fn() if inf.branches > 1 and inf.branch_unchanged else None
     record, first_scores = zoom(s, scores_fn)
-    if branches > 1 and first_scores:
+    if inf.branches > 1 and first_scores:
         record.branch_fits = [tail_fit_fn()]
-        margin = s.cfg.allocator.inference.branch_margin
+        margin = inf.branch_margin
         kept, kept_fit = (record, s.wc, s.allocator), record.branch_fits[0] + margin
         gists = sorted((i for i in range(len(start_wc)) if start_wc[i][0] > 0), key=lambda i: -first_scores[i])
-        spans = [start_wc.span(i) for i in gists[1:branches]]
-        if s.cfg.allocator.inference.branch_siblings:  # then the children LensNet's zoom passed over, top down
+        spans = [start_wc.span(i) for i in gists[1:inf.branches]]
+        if inf.branch_siblings:  # then the children LensNet's zoom passed over, top down
             spans += record.passed_over
         for span in spans:
             s.wc, s.allocator = start_wc.copy(), start_allocator.copy()
