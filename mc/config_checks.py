@@ -207,6 +207,10 @@ def validate(cfg: RunConfig) -> RunConfig:
     if isinstance(jitter, bool) or not isinstance(jitter, (int, float)) or not 0.0 <= jitter <= 0.5:
         _fail("eval.long_range.depth_jitter", jitter, "expected a number in [0, 0.5] (0 = each needle at its exact depth)")
     _positive("eval.long_range.n_per_cell", lr.n_per_cell)
+    _positive("eval.long_range.dense_n_per_cell", lr.dense_n_per_cell)
+    if any(m not in lr.multiples for m in lr.dense_multiples):
+        _fail("eval.long_range.dense_multiples", list(lr.dense_multiples),
+              f"each must be one of eval.long_range.multiples {list(lr.multiples)}")
     _positive("eval.long_range.n_needles", lr.n_needles)
     for key, allowed in (("tasks", LONG_TASKS), ("variants", LONG_RANGE_VARIANTS)):
         for v in getattr(lr, key):

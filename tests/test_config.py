@@ -40,6 +40,8 @@ def test_presets_resolve(preset):
         ("gistnet.content_loss_weight=-1", "gistnet.content_loss_weight"),
         ("allocator.expand_top=-1", "allocator.expand_top"),
         ("eval.long_range.depth_jitter=0.7", "eval.long_range.depth_jitter"),
+        ("eval.long_range.dense_multiples=[3]", "eval.long_range.dense_multiples"),
+        ("eval.long_range.dense_n_per_cell=0", "eval.long_range.dense_n_per_cell"),
         ("data.recall.stage1_min_tokens=-3", "data.recall.stage1_min_tokens"),
         ("allocator.expand_threshold=1.5", "allocator.expand_threshold"),
         ("compile.warmup_iters=2", "compile.warmup_iters"),
@@ -52,6 +54,14 @@ def test_bad_values_name_the_key(override, needle):
     with pytest.raises(ConfigError) as info:
         load_config([override])
     assert needle in str(info.value)
+
+
+def test_docs_per_cell_at_a_multiple():
+    """`eval.long_range.dense_n_per_cell` documents per cell at the `dense_multiples`, `n_per_cell` elsewhere."""
+    from mc.eval.long_range import docs_per_cell
+    cfg = load_config(["preset=long", "eval.long_range.dense_multiples=[16]", "eval.long_range.dense_n_per_cell=20"])
+    w = cfg.model.max_seq_len
+    assert docs_per_cell(cfg, 16 * w) == 20 and docs_per_cell(cfg, 4 * w) == cfg.eval.long_range.n_per_cell
 
 
 def test_dict_round_trip_and_hashes():

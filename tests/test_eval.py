@@ -205,6 +205,25 @@ def test_long_range_sweep_section(tmp_path):
     assert out["long_range"]["cells"] == sec["cells"]
 
 
+def test_long_range_docs_per_multiple():
+    """``dense_multiples`` get ``dense_n_per_cell`` documents per cell; the documents a smaller count reads are the
+    first ones of the larger count (same seed per document index), so raising a count only adds documents."""
+    from mc.eval.long_range import run_long_range
+    cfg = validate(tiny_cfg(n_docs=1))
+    lr = cfg.eval.long_range
+    lr.multiples, lr.depths, lr.n_per_cell, lr.tasks, lr.variants = [1, 2], [0.5], 1, ["passkey"], ["compressed"]
+    lr.dense_multiples, lr.dense_n_per_cell = [2], 3
+    ctrl = build_controller(cfg, device="cpu")
+    sec = run_long_range(ctrl, cfg)
+    w = cfg.model.max_seq_len
+    assert {c["length"]: c["n"] for c in sec["cells"]} == {w: 1, 2 * w: 3}
+    assert [r["doc"] for r in sec["rows"] if r["length"] == 2 * w] == [0, 1, 2]
+    lr.dense_multiples = []
+    fewer = run_long_range(ctrl, cfg)["rows"]
+    pick = ("length", "doc", "needle_start", "needle_depth", "answer")
+    assert [{k: r[k] for k in pick} for r in fewer] == [{k: r[k] for k in pick} for r in sec["rows"] if r["doc"] == 0]
+
+
 def test_long_range_sweep_with_branched_refocus(tmp_path):
     """With ``allocator.inference.branches = 3`` each focused row says which path it kept, and a cell's
     ``other_branch`` is the share of its rows that kept another path than LensNet's zoom."""

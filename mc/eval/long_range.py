@@ -3,8 +3,9 @@
 Owns ``run_long_range(ctrl, cfg)``, the ``long_range`` section of ``eval/eval.json``
 (obsidian Evaluation, "Long-range sweep"). For every task x history length (multiples of
 ``model.max_seq_len``, the base's trained window) x needle depth, ``eval.long_range.n_per_cell``
-generated documents (:mod:`mc.data.long_tasks`) are read five ways at the same entry budget
-``B = mc.max_entries``, and the queried value is greedy-decoded after the query:
+generated documents (``dense_n_per_cell`` at the ``dense_multiples``; :mod:`mc.data.long_tasks`) are read
+five ways at the same entry budget ``B = mc.max_entries``, and the queried value is greedy-decoded after the
+query:
 
 * ``recency``: the base model over the last B tokens at LOD0;
 * ``compressed``: a controller session over the prompt, no refocus;
@@ -89,6 +90,14 @@ def long_range_lengths(cfg: RunConfig) -> list[int]:
     return [m * cfg.model.max_seq_len for m in cfg.eval.long_range.multiples]
 
 
+def docs_per_cell(cfg: RunConfig, length: int) -> int:
+    """Documents per (task, depth) cell at history ``length``: ``dense_n_per_cell`` at a multiple listed in
+    ``dense_multiples``, else ``n_per_cell``. Document k has the same seed whatever the count, so a larger count
+    adds documents to a cell and keeps the first ones."""
+    lr = cfg.eval.long_range
+    return lr.dense_n_per_cell if length // cfg.model.max_seq_len in lr.dense_multiples else lr.n_per_cell
+
+
 def run_long_range(ctrl: MCController, cfg: RunConfig, *, progress: bool = False) -> dict:
     """The sweep (see the module docstring); ``{}`` when ``eval.long_range.multiples`` is empty."""
     lr = cfg.eval.long_range
@@ -98,7 +107,7 @@ def run_long_range(ctrl: MCController, cfg: RunConfig, *, progress: bool = False
     budget = cfg.mc.max_entries
     variants = [v for v in LONG_RANGE_VARIANTS if v in lr.variants]  # "focused" before "random": it sets the count
     combos = [(t, n, d, k) for t in lr.tasks for n in long_range_lengths(cfg) for d in lr.depths
-              for k in range(lr.n_per_cell)]
+              for k in range(docs_per_cell(cfg, n))]
     try:
         from tqdm import tqdm  # noqa: PLC0415
         bar = tqdm(total=len(combos), desc="long-range", disable=not progress, leave=False)
