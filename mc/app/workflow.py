@@ -69,7 +69,7 @@ whose config.json differs is refused (exit 2, naming the keys) unless --force re
 
 Flags (both --flag=V and --flag V work):
   --preset NAME                    smoke (minutes on 2 CPU cores), cpu (default), long (the 4x-64x
-                                   long-range sweep, 26-29 min on 2 cores), h100
+                                   long-range sweep, 25-30 min on 2 cores), h100
   --mc_compile_lensnet=1           compile LensNet in training   (compile.lensnet.train)
   --mc_compile_lensnet_inference=1 compile LensNet at inference  (compile.lensnet.inference)
   --mc_compile_gistnet=1           compile GistNet, both contexts (compile.gistnet.*)
