@@ -43,6 +43,11 @@ TailFitFn = Callable[[], float]  # log-likelihood of the session's newest tokens
 BRANCH_BONUS = 2.0  # added to a branch's entries; LensNet's scores are tanh, in [-1, 1], so they rank first
 
 
+def refocus_edit_budget(inf) -> int:
+    """Edits one refocus path may make: ``allocator.inference.edit_budget``, or ``iterations * max_edits`` when 0."""
+    return inf.edit_budget or inf.iterations * inf.max_edits
+
+
 def zoom(s: InferenceSession, scores_fn: ScoreFn, focus_span: tuple[int, int] | None = None
          ) -> tuple[RefocusRecord, list[float]]:
     """One refocus path on ``s`` (edits applied). Returns what it did and the first iteration's scores
@@ -50,7 +55,7 @@ def zoom(s: InferenceSession, scores_fn: ScoreFn, focus_span: tuple[int, int] | 
     range get :data:`BRANCH_BONUS`, so the path stays in that subtree: its gists rank first for
     expansion and its groups are never the cheapest to trade away."""
     inf = s.cfg.allocator.inference
-    budget = inf.edit_budget or inf.iterations * inf.max_edits
+    budget = refocus_edit_budget(inf)
     record, first_scores = RefocusRecord(num_tokens=s.num_tokens, iterations=0), []
     edges_opened = 0
     while record.iterations < inf.iterations and len(record.edits) < budget:

@@ -237,3 +237,14 @@ def test_long_range_sweep_with_branched_refocus(tmp_path):
     for c in sec["cells"]:
         sel = [r for r in rows if (r["task"], r["length"], r["depth"]) == (c["task"], c["length"], c["depth"])]
         assert c["other_branch"] == sum(r["branch"] > 0 for r in sel) / len(sel)
+
+
+def test_focused_label_states_the_edit_budget():
+    """The report's description of the focused variant gives the refocus's edit budget (0 = iterations x max_edits)."""
+    from mc.eval.evaluate import _variant_labels
+    cfg = tiny_cfg(n_docs=1)
+    inf = cfg.allocator.inference
+    inf.iterations, inf.max_edits, inf.edit_budget = 4, 3, 0
+    assert "<= 12 in all" in _variant_labels(cfg)["focused"]
+    inf.edit_budget = 5
+    assert "<= 5 in all" in _variant_labels(cfg)["focused"]

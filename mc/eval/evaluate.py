@@ -51,6 +51,7 @@ from mc.eval.focus_policies import oracle_refocus, random_refocus
 from mc.eval.long_range import run_long_range
 from mc.eval.stats import mean_ci, paired_diff_ci, proportion_ci
 from mc.io import write_json
+from mc.refocus import refocus_edit_budget
 from mc.train.checkpoint import load_checkpoint
 
 VARIANTS = ("full", "recency", "compressed", "focused", "random")
@@ -333,15 +334,16 @@ def evaluate_docs(ctrl: MCController, cfg: RunConfig, docs: list[EvalDoc], *, pr
 
 def _variant_labels(cfg: RunConfig) -> dict:
     n, msl, B = cfg.eval.doc_tokens, cfg.model.max_seq_len, cfg.mc.max_entries
+    inf = cfg.allocator.inference
     full = (f"(a) full context: all {n} tokens at LOD0" if n <= msl else
             f"(a) full context truncated to the base model's context: last {msl} of {n} tokens at LOD0 "
             "(the whole document is longer than model.max_seq_len)")
     return {"full": full,
             "recency": f"(b) recency only: last {B} tokens at LOD0",
             "compressed": f"(c) compressed, no focus: <= {B} entries (LOD0 tail + gists, WorkingContext.build fill=True)",
-            "focused": (f"(d) LensNet-focused: (c) + one refocus of <= {cfg.allocator.inference.iterations} allocator "
-                        f"iterations (<= {cfg.allocator.inference.max_edits} edits each, "
-                        f"policy {cfg.allocator.policy})"),
+            "focused": (f"(d) LensNet-focused: (c) + one refocus of <= {inf.iterations} allocator "
+                        f"iterations (<= {inf.max_edits} edits each, <= {refocus_edit_budget(inf)} "
+                        f"in all, policy {cfg.allocator.policy})"),
             "random": "(e) random control: (c) + as many edits as (d) made, from uniformly random scores"}
 
 
