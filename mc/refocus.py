@@ -34,6 +34,7 @@ from typing import Callable
 
 from torch import Tensor
 
+from mc.config import AllocatorInferenceConfig
 from mc.session import InferenceSession, RefocusRecord
 from mc.working_context import Entry
 
@@ -43,7 +44,7 @@ TailFitFn = Callable[[], float]  # log-likelihood of the session's newest tokens
 BRANCH_BONUS = 2.0  # added to a branch's entries; LensNet's scores are tanh, in [-1, 1], so they rank first
 
 
-def refocus_edit_budget(inf) -> int:
+def refocus_edit_budget(inf: AllocatorInferenceConfig) -> int:
     """Edits one refocus path may make: ``allocator.inference.edit_budget``, or ``iterations * max_edits`` when 0."""
     return inf.edit_budget or inf.iterations * inf.max_edits
 

@@ -11,8 +11,10 @@ from mc.build import build_controller, build_nets
 from mc.config import RunConfig
 from mc.config_checks import validate
 from mc.eval.baselines import lod0_answer, lod0_tail_loss
-from mc.eval.evaluate import VARIANTS, Focus, load_trained_controller, run_evaluation, wc_recall, wc_tail_loss
+from mc.eval.evaluate import (VARIANTS, Focus, _variant_labels, load_trained_controller, run_evaluation, wc_recall,
+                              wc_tail_loss)
 from mc.eval.focus_policies import oracle_refocus, random_refocus, span_scores
+from mc.eval.long_range import run_long_range
 from mc.eval.stats import mean_ci, paired_diff_ci, proportion_ci
 
 
@@ -208,7 +210,6 @@ def test_long_range_sweep_section(tmp_path):
 def test_long_range_docs_per_multiple():
     """``dense_multiples`` get ``dense_n_per_cell`` documents per cell; the documents a smaller count reads are the
     first ones of the larger count (same seed per document index), so raising a count only adds documents."""
-    from mc.eval.long_range import run_long_range
     cfg = validate(tiny_cfg(n_docs=1))
     lr = cfg.eval.long_range
     lr.multiples, lr.depths, lr.n_per_cell, lr.tasks, lr.variants = [1, 2], [0.5], 1, ["passkey"], ["compressed"]
@@ -241,7 +242,6 @@ def test_long_range_sweep_with_branched_refocus(tmp_path):
 
 def test_focused_label_states_the_edit_budget():
     """The report's description of the focused variant gives the refocus's edit budget (0 = iterations x max_edits)."""
-    from mc.eval.evaluate import _variant_labels
     cfg = tiny_cfg(n_docs=1)
     inf = cfg.allocator.inference
     inf.iterations, inf.max_edits, inf.edit_budget = 4, 3, 0
