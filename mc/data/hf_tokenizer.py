@@ -34,13 +34,13 @@ class HFTokenizer:
     byte_level = False
 
     def __init__(self, path: str):
-        from mc.nets.hf_load import check_hf_path  # noqa: PLC0415 - one-line errors for the path
+        from mc.nets.hf_load import model_dir  # noqa: PLC0415 - one-line errors for the path
 
         try:
             from transformers import AutoTokenizer  # noqa: PLC0415 - the hf extra
         except ImportError as exc:
             raise ConfigError("model=hf needs transformers: install the hf extra (pip install -e '.[hf]')") from exc
-        p = check_hf_path(path)
+        p = model_dir(path)
         try:
             self.tok = AutoTokenizer.from_pretrained(str(p), local_files_only=True)
         except (OSError, ValueError, KeyError) as exc:
@@ -61,6 +61,11 @@ class HFTokenizer:
 
     def encode(self, text: str, bos: bool = True, eos: bool = False) -> list[int]:
         return ([self.bos_id] if bos else []) + self.encode_body(text) + ([self.eos_id] if eos else [])
+
+    def encode_prompt(self, text: str) -> list[int]:
+        """A prompt as the model's own tokenizer frames it (its BOS only where it adds one: SmolLM2 adds none),
+        so greedy decoding starts from the same ids as transformers' ``generate`` on the same text."""
+        return list(self.tok.encode(text, add_special_tokens=True))
 
     def char_ids(self, text: str) -> list[int]:
         out = []
