@@ -29,12 +29,13 @@ from mc.working_context import bucket_for
 
 
 def supports_kv_cache(base) -> bool:
-    """Whether ``base`` has the cached forward the decoder needs (the built-in GPT; not ``model=hf``)."""
+    """Whether ``base`` has the cached forward the decoder needs (the built-in GPT and the ``model=hf`` adapter do)."""
     return callable(getattr(base, "forward_cached", None))
 
 
-NO_KV_CACHE = ("the KV cache needs the built-in GPT base (GPT.forward_cached); this run's base model "
-               "({}) has none: decode without it (use_cache=False, or --no-kv-cache in mc_generate.py)")
+NO_KV_CACHE = ("the KV cache needs a base with a cached forward (forward_cached, as the built-in GPT and the "
+               "model=hf adapter have); this run's base model ({}) has none: decode without it (use_cache=False, "
+               "or --no-kv-cache in mc_generate.py)")
 
 
 class CachedDecoder:
@@ -51,7 +52,7 @@ class CachedDecoder:
         self.position_mode, self.window, self.recent = cfg.mc.positions, cfg.model.max_seq_len, cfg.mc.recent_tokens
         head_dim = self.base.head_dim
         dtype = next(self.base.parameters()).dtype
-        self.cache = KVCache(cfg.model.n_layers, cfg.model.n_heads, head_dim, self.ladder[-1], device=ctrl.device,
+        self.cache = KVCache(cfg.model.n_layers, self.base.kv_heads, head_dim, self.ladder[-1], device=ctrl.device,
                              dtype=dtype)
         self.session: InferenceSession | None = None
         self.last_recomputed = 0  # entries the last call ran through the base model (1 = a plain decode step)

@@ -228,6 +228,9 @@ def _resolve(argv: Sequence[str]) -> tuple[WorkflowArgs, RunConfig, dict[str, st
     cfg = load_config(args.hydra_overrides())
     resolve_device(cfg.train.device)  # train.device=cuda without a GPU stops at start-up, not inside a stage
     require_tensorboard(cfg)  # train.tensorboard=true without the package: exit 2 now, not in stage 1
+    if cfg.model.source == "hf":  # a model the adapter would get wrong: exit 2 now, before anything is written
+        from mc.nets.hf_load import preflight_hf_base  # noqa: PLC0415 - transformers only for model=hf
+        preflight_hf_base(cfg.model)
     if args.name is None and not any(o.split("=", 1)[0].lstrip("+~") == "name" for o in args.overrides):
         cfg.name = default_run_name(cfg, lambda preset: load_config([f"preset={preset}"]))
     selected = _stage_set(args.stages, "--stages") or {s for s in STAGES if s != "bench" or cfg.bench.enabled}

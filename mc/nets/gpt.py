@@ -136,6 +136,11 @@ class GPT(nn.Module):
     def head_dim(self) -> int:
         return self.cfg.d_model // self.cfg.n_heads
 
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads per layer (= query heads: no grouped-query attention): the KV cache's H."""
+        return self.cfg.n_heads
+
     def _init_weights(self) -> None:
         # Small normal init; the two residual-branch output projections per block are scaled by
         # 1/sqrt(2 * n_layers) so the residual stream's variance does not grow with depth.

@@ -30,11 +30,16 @@ import torch
 from torch import Tensor, nn
 
 from mc.config import ConfigError, ModelConfig
+from mc.nets.hf_cached import forward_cached
 from mc.nets.positional import rope_frequencies, rotary_cos_sin
 
 __all__ = ["HFBase", "HFBaseError"]
 
 _FINAL_NORM_NAMES = ("norm", "final_layer_norm", "final_layernorm", "ln_f")
+_PARITY_TOKENS = 24
+# Relative max |logit difference| allowed at construction, by weight dtype: float32 rounding is ~1e-6
+# of the largest logit; 16-bit formats carry ~3 significant digits through 30 layers.
+_PARITY_RTOL = {torch.float32: 1e-3, torch.bfloat16: 5e-2, torch.float16: 5e-2}
 
 
 class HFBaseError(ConfigError):
@@ -89,12 +94,42 @@ class HFBase(nn.Module):
         self.norm_f = norm
         self.lm_head = lm_head
         self._head_dim = head_dim
+        self._kv_heads = int(getattr(hf_model.config, "num_key_value_heads", None) or hf_model.config.num_attention_heads)
         self.requires_grad_(False)  # a frozen reader: stage 2 never trains it
         self.eval()
+        self._check_parity(hf_model.eval())
+
+    def _check_parity(self, hf_model: nn.Module) -> None:
+        """Refuse an architecture whose forward the adapter does not reproduce (HFBaseError naming it).
+
+        The adapter drives the decoder layers itself, so anything a model does outside them (Granite's
+        embedding, residual and logit multipliers, Cohere's interleaved rotary and logit scale) would be
+        lost without an error. One short sequence through both settles it: the relative max difference
+        of the logits must stay at rounding level (float32: ~1e-6 on SmolLM2; a wrong adapter: ~0.1-1).
+        """
+        n = _PARITY_TOKENS
+        rows = min(int(self.tok_emb.weight.shape[0]), int(self.cfg.vocab_size))
+        ids = torch.randint(0, rows, (1, n), generator=torch.Generator().manual_seed(0)).to(self.tok_emb.weight.device)
+        with torch.no_grad():
+            ref = hf_model(input_ids=ids).logits.float()  # [1, n, V]
+            ours = self(embeds=self.embed(ids))  # the working-context path, plain positions 0..n-1
+        tol = _PARITY_RTOL[self.dtype]
+        rel = float((ours - ref).abs().max() / ref.abs().max().clamp_min(1e-6)) if ours.shape == ref.shape else float("inf")
+        if not rel <= tol:  # also catches NaN
+            agree = float((ours.argmax(-1) == ref.argmax(-1)).float().mean()) if ours.shape == ref.shape else 0.0
+            raise HFBaseError(f"{self.arch}: the adapter's logits differ from the model's own forward (relative max "
+                              f"difference {rel:.2g} > {tol:g}, argmax agreement {agree:.0%}); this architecture does "
+                              "something outside its decoder layers that model=hf does not reproduce (see obsidian "
+                              "Base models for the families checked)")
 
     @property
     def head_dim(self) -> int:
         return self._head_dim
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads per layer (grouped-query attention: fewer than the query heads): the KV cache's H."""
+        return self._kv_heads
 
     @property
     def dtype(self) -> torch.dtype:
@@ -138,6 +173,13 @@ class HFBase(nn.Module):
             out = layer(x_bwd, attention_mask=mask_b1ww, position_embeddings=table)
             x_bwd = out[0] if isinstance(out, tuple) else out  # older layers return (hidden, ...)
         return self.lm_head(self.norm_f(x_bwd)).float()  # [B, W, V]
+
+    def forward_cached(self, embeds_1sd: Tensor, cos: Tensor, sin: Tensor, k_cache: Tensor, v_cache: Tensor,
+                       slots_s: Tensor, window: int, masked: bool = True) -> Tensor:
+        """Float32 logits ``[1, V]`` of the last of ``S`` new entries, reusing cached keys/values: the
+        contract of :meth:`mc.nets.gpt.GPT.forward_cached` (cache ``[L, 1, kv_heads, C, head_dim]``); the
+        model's own decoder layers run it (:mod:`mc.nets.hf_cached`)."""
+        return forward_cached(self, embeds_1sd, cos, sin, k_cache, v_cache, slots_s, window, masked)
 
     def _additive_mask(self, key_padding_mask: Tensor | None, b: int, w: int, device) -> Tensor:
         """``[B|1, 1, W, W]`` float: 0 where query i may attend key j (j <= i and j real, or j == i)."""
