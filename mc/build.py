@@ -84,8 +84,10 @@ def load_run(run_dir: str | Path, *, device: torch.device | str | None = None, t
     """A trained run folder -> ``(controller, tokenizer)`` ready for inference (see obsidian Inference).
 
     Reads ``<run_dir>/config.json`` (the config the workflow recorded), the stage-1 base weights
-    ``stage1/base.pt`` and the stage-2 GistNet/LensNet checkpoint ``stage2/ckpt.pt``; the nets are put
-    in eval mode and training compile modes are switched off (inference modes stay as recorded).
+    ``stage1/base.pt`` (a ``model=hf`` run has none: its base is the model at ``model.hf_path``) and
+    the stage-2 GistNet/LensNet checkpoint ``stage2/ckpt.pt``; the nets are put in eval mode and
+    training compile modes are switched off (inference modes stay as recorded). The tokenizer is the
+    run's own: bytes for the built-in base, the model's for ``model=hf``.
     Telemetry stays in memory unless given: loading never writes into the run folder. A folder that
     is missing, lacks a file, or holds files of another shape raises a ``ValueError`` /
     ``FileNotFoundError`` whose one-line message names the file and the stage to (re)run.
@@ -93,7 +95,7 @@ def load_run(run_dir: str | Path, *, device: torch.device | str | None = None, t
     import json  # noqa: PLC0415
 
     from mc.config import from_dict  # noqa: PLC0415
-    from mc.data.tokenizer import ByteTokenizer  # noqa: PLC0415
+    from mc.data.hf_tokenizer import tokenizer_for  # noqa: PLC0415
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -108,14 +110,16 @@ def load_run(run_dir: str | Path, *, device: torch.device | str | None = None, t
     except (OSError, ValueError, TypeError) as exc:  # unreadable JSON or unknown keys: one line, the cause
         raise ConfigError(f"{cfg_path} is not a readable run config ({exc}); re-run the workflow there") from exc
     cfg.compile.lensnet.train = cfg.compile.gistnet.train = "off"  # inference only: no training graphs
-    for name, stage in (("stage1/base.pt", "stage1"), ("stage2/ckpt.pt", "stage2")):
+    base_path = stage1_base_path(cfg, run_dir)  # None with model=hf: the base is the model itself
+    needed = ((("stage1/base.pt", "stage1"),) if base_path is not None else ()) + (("stage2/ckpt.pt", "stage2"),)
+    for name, stage in needed:
         if not (run_dir / name).is_file():
             raise FileNotFoundError(f"{run_dir} has no {name}: the run did not finish {stage}; run "
                                     f"bash run10.sh --name {run_dir.name} --stages={stage} (and the stages before it)")
     if device is None and cfg.train.device == "cuda" and not torch.cuda.is_available():
         device = "cpu"  # a run trained on a GPU still loads on a CPU-only machine
     ctrl = build_controller(cfg, device=torch.device(device) if device is not None else None,
-                            base_weights=run_dir / "stage1" / "base.pt", telemetry=telemetry or Telemetry())
+                            base_weights=base_path, telemetry=telemetry or Telemetry())
     ckpt = load_checkpoint(run_dir / "stage2" / "ckpt.pt")
     state = ckpt.get("controller", ckpt)
     if not isinstance(state, dict) or "gistnet" not in state or "lensnet" not in state:
@@ -129,4 +133,4 @@ def load_run(run_dir: str | Path, *, device: torch.device | str | None = None, t
                               "re-run stage 2") from exc
     for m in (ctrl.base, ctrl.gistnet, ctrl.lensnet):
         m.eval()
-    return ctrl, ByteTokenizer()
+    return ctrl, tokenizer_for(cfg.model)

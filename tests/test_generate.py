@@ -152,11 +152,39 @@ def test_a_base_without_the_cached_forward_decodes_without_the_cache(run_dir, tm
     monkeypatch.delattr(GPT, "forward_cached")
     ctrl, _ = load_run(run_dir)
     ctrl.begin_session(torch.tensor([100, 101, 102]))
-    with pytest.raises(ValueError, match="KV cache needs the built-in GPT base.*use_cache=False"):
+    with pytest.raises(ValueError, match="KV cache needs a base with a cached forward.*use_cache=False"):
         ctrl.generate(3)
     assert ctrl.generate(3, use_cache=False).shape == (3,)
     rc, out, err = _main(["--run-dir", str(run_dir), "--prompt", "ab", "--max-new-tokens", "5",
                           "--json", str(tmp_path / "o.json")])
     assert rc == 0, err
-    assert "note: the KV cache needs the built-in GPT base" in err
+    assert "note: the KV cache needs a base with a cached forward" in err
     assert not json.loads((tmp_path / "o.json").read_text())["kv_cache"]
+
+
+def test_token_printer_streams_exactly_the_decoded_text():
+    from mc.app.generate import TokenPrinter  # noqa: PLC0415
+
+    tok = ByteTokenizer()
+    text = "héllo ✓ wörld"
+    ids = tok.encode(text, bos=False) + [tok.eos_id]
+    out = io.StringIO()
+    printer = TokenPrinter(out, tok)
+    seen = []
+    for t in ids:
+        printer(t)
+        seen.append(out.getvalue())
+    printer.finish()
+    assert out.getvalue() == tok.decode(ids) + "\n" == text + "\n"
+    assert "\ufffd" not in "".join(seen)  # a character split over byte tokens waits until it is complete
+
+    class Rewriting:  # a tokenizer whose text for earlier tokens changes when more follow
+        def decode(self, ids):
+            return "".join("A" if i == 0 else "b" for i in ids) if len(ids) < 3 else "X" * len(ids)
+
+    out = io.StringIO()
+    printer = TokenPrinter(out, Rewriting())
+    for t in (0, 1, 1):
+        printer(t)
+    printer.finish()
+    assert out.getvalue().startswith("Ab") and "final: 'XXX'" in out.getvalue()  # says so instead of hiding it

@@ -11,7 +11,6 @@ model cannot take) ends with one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
-import codecs
 import sys
 import time
 from pathlib import Path
@@ -67,45 +66,73 @@ def read_prompt(prompt: str | None, prompt_file: Path | None, stdin: TextIO) -> 
 
 
 def prompt_ids(text: str, tokenizer, vocab_size: int) -> torch.Tensor:
-    """``[BOS] + bytes`` ``[n]`` long, checked against the run's vocabulary (a smaller model vocabulary
-    cannot take every byte: that is a GenerateError naming the first such character)."""
-    ids = tokenizer.encode(text, bos=True)
+    """The prompt's ids ``[n]`` long as the run's tokenizer frames a prompt (``[BOS] + bytes`` for the byte
+    tokenizer; the model's own framing for ``model=hf``), checked against the run's vocabulary (an id it cannot
+    take is a GenerateError naming the first such character or token)."""
+    ids = tokenizer.encode_prompt(text)
+    if not ids:
+        raise GenerateError("the prompt encodes to no tokens; give some text")
     bad = next((i for i, t in enumerate(ids) if not 0 <= t < vocab_size), None)
+    if bad is None:
+        return torch.tensor(ids, dtype=torch.long)
+    if not getattr(tokenizer, "byte_level", False):
+        raise GenerateError(f"the prompt's token {bad} (id {ids[bad]}) is outside the run's vocabulary of {vocab_size} "
+                            "ids (model.vocab_size): the tokenizer does not match the run's model")
     if bad == 0:
         raise GenerateError(f"the tokenizer's BOS id {ids[0]} is outside the run's vocabulary of {vocab_size} ids "
                             "(model.vocab_size): this run was not trained with the byte tokenizer")
-    if bad is not None:
-        char, offset = "?", 1  # ids[1:] are the text's UTF-8 bytes: find the character holding byte bad-1
-        for c in text:
-            offset += len(c.encode("utf-8"))
-            if offset > bad:
-                char = c
-                break
-        raise GenerateError(f"the prompt's token {bad} (id {ids[bad]}, from {char!r}) is outside the run's vocabulary "
-                            f"of {vocab_size} ids (model.vocab_size); use characters it was trained on")
-    return torch.tensor(ids, dtype=torch.long)
+    char, offset = "?", 1  # ids[1:] are the text's UTF-8 bytes: find the character holding byte bad-1
+    for c in text:
+        offset += len(c.encode("utf-8"))
+        if offset > bad:
+            char = c
+            break
+    raise GenerateError(f"the prompt's token {bad} (id {ids[bad]}, from {char!r}) is outside the run's vocabulary "
+                        f"of {vocab_size} ids (model.vocab_size); use characters it was trained on")
 
 
 class TokenPrinter:
-    """Streams byte tokens as text: an incremental UTF-8 decoder, so a character split over several
-    tokens prints once it is complete; specials (BOS/EOS/PAD) print nothing."""
+    """Streams generated tokens as text through the run's tokenizer, so what is printed is what the JSON's
+    ``text`` holds (bytes for the byte tokenizer, BPE pieces for ``model=hf``).
 
-    def __init__(self, out: TextIO | None) -> None:
+    Each token re-decodes the generated ids and prints what the text grew by. Text that ends in U+FFFD
+    (a character whose bytes are split over tokens) or that does not extend what was printed (a tokenizer
+    that rewrites earlier text when more follows) is held back until it does; :meth:`finish` prints the
+    rest, so the streamed text equals ``tokenizer.decode(tokens)``. Re-decoding is O(n) per token: far
+    below a decode step's cost at the lengths generation runs to.
+    """
+
+    def __init__(self, out: TextIO | None, tokenizer) -> None:
         self.out = out
-        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.printed = ""
+
+    def _emit(self, text: str) -> None:
+        new = text[len(self.printed):]
+        if new:
+            self.out.write(new)
+            self.out.flush()
+        self.printed = text
 
     def __call__(self, tid: int) -> None:
-        if self.out is None or not 0 <= tid < 256:
+        if self.out is None:
             return
-        text = self.decoder.decode(bytes([tid]))
-        if text:
-            self.out.write(text)
-            self.out.flush()
+        self.ids.append(tid)
+        text = self.tokenizer.decode(self.ids)
+        if text.startswith(self.printed) and not text.endswith("\ufffd"):
+            self._emit(text)
 
     def finish(self) -> None:
-        if self.out is not None:
-            self.out.write(self.decoder.decode(b"", final=True) + "\n")
-            self.out.flush()
+        if self.out is None:
+            return
+        text = self.tokenizer.decode(self.ids)
+        if text.startswith(self.printed):
+            self._emit(text)
+        else:  # printed text cannot be taken back: say where the final text differs
+            self.out.write(f"\n[the tokenizer rewrote earlier text; final: {text!r}]")
+        self.out.write("\n")
+        self.out.flush()
 
 
 def generate_text(ctrl, tokenizer, text: str, max_new_tokens: int, *, temperature: float = 0.0, top_k: int = 0,
@@ -150,7 +177,7 @@ def generate_text(ctrl, tokenizer, text: str, max_new_tokens: int, *, temperatur
         wc_out.write(f"[wc] {when} refocus at {session.num_tokens} tokens: {lod_map_text(session.wc)}\n")
         wc_out.flush()
 
-    printer = TokenPrinter(out)
+    printer = TokenPrinter(out, tokenizer)
     stats = DecodeStats()
     tokens = ctrl.generate(max_new_tokens, sampler=sampler, use_cache=use_cache, on_token=printer,
                            on_refocus=on_refocus if wc_out is not None else None, stats=stats)

@@ -39,6 +39,10 @@ class ByteTokenizer:
         """``text`` -> utf-8 bytes, no specials (the interface shared with mc.data.hf_tokenizer)."""
         return self.encode(text, bos=False)
 
+    def encode_prompt(self, text: str) -> list[int]:
+        """A prompt for generation: ``[BOS] + bytes`` (the interface shared with mc.data.hf_tokenizer)."""
+        return self.encode(text, bos=True)
+
     def char_ids(self, text: str) -> list[int]:
         """One token per character: ASCII only (the generated tasks' keys, values and separators)."""
         ids = self.encode_body(text)
