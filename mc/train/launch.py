@@ -73,7 +73,8 @@ def run_distributed(stage: str, cfg: RunConfig, run_dir: str | os.PathLike, npro
         summary_path.unlink()  # a stale summary must never stand for this launch's result
     cmd = torchrun_command(stage, launch, nproc)
     print(f"[run10] {stage}: torchrun --standalone --nproc_per_node {nproc} ({' '.join(cmd)})", flush=True)
-    rc = (run or (lambda c: subprocess.run(c, check=False).returncode))(cmd)
+    from mc.app.run_lock import held_lock_fds  # noqa: PLC0415 - torchrun keeps the workflow's run-folder lock
+    rc = (run or (lambda c: subprocess.run(c, check=False, pass_fds=held_lock_fds()).returncode))(cmd)
     if rc != 0:
         raise DistributedRunError(
             f"{stage} failed on {nproc} ranks (torchrun exit code {rc}); the [mc rank ...] lines above name the "
