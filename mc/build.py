@@ -97,6 +97,8 @@ def load_run(run_dir: str | Path, *, device: torch.device | str | None = None, t
     from mc.data.tokenizer import ByteTokenizer  # noqa: PLC0415
 
     run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise NotADirectoryError(f"run folder {run_dir} is a file, not a folder; pass the run folder (runs/<name>/)")
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run folder {run_dir} does not exist; train one with bash run10.sh "
                                 "(runs/<name>/) and pass that folder")
