@@ -44,6 +44,6 @@ def test_the_judge_fails_what_the_issue_saw():
 
 
 def test_the_script_lists_its_cases(capsys):
-    assert main(["--list"]) == 0
+    assert main(CASES, ["--list"]) == 0
     out = capsys.readouterr().out
     assert all(c.name in out for c in CASES)

@@ -5,8 +5,9 @@ A case (:class:`Case`) is one bad input or injected fault against the workflow (
 must have: the documented exit code (obsidian "Runbook": 0 done, 1 a stage / a write failed, 2 bad
 flag, config, input or run folder, 3 the gate refused) and exactly one ``<prog>: error: ...`` line
 on stderr, no traceback, with the case's needle in stderr; or exit 0 with the needle in stdout
-(correct output). The cases live in :mod:`mc.app.fault_cases`; :func:`main` runs them
-(``python scripts/mc_fault_fuzz.py``), and ``tests/test_fault_fuzz.py`` runs each as a test.
+(correct output). The cases live in :mod:`mc.app.fault_cases` (which imports this module, not the
+other way round); :func:`main` runs them (``python scripts/mc_fault_fuzz.py``), and
+``tests/test_fault_fuzz.py`` runs each as a test.
 
 In-process cases call the CLIs' ``main`` functions with stdout/stderr captured; an exception that
 escapes is a failed case (the traceback a user would have seen). Child-process cases (two workflows
@@ -19,7 +20,6 @@ import contextlib
 import io
 import os
 import shutil
-import sys
 import tempfile
 import time
 import traceback
@@ -172,9 +172,8 @@ def run_cases(cases: Sequence[Case], ws: Workspace, *, log: Callable[[str], None
     return failed
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from mc.app.fault_cases import CASES  # noqa: PLC0415
-
+def main(all_cases: Sequence[Case], argv: Sequence[str] | None = None) -> int:
+    """The CLI over ``all_cases`` (``scripts/mc_fault_fuzz.py`` passes :data:`mc.app.fault_cases.CASES`)."""
     p = argparse.ArgumentParser(prog="mc_fault_fuzz.py", description="Faults and bad inputs against the "
                                 "workflow, the API and the CLIs; exit 0 iff every case has its documented outcome.")
     p.add_argument("-k", dest="match", default="", help="only the cases whose name contains this")
@@ -182,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--keep", action="store_true", help="keep the temporary folder (its path is printed)")
     p.add_argument("-v", "--verbose", action="store_true", help="show each case's error line")
     args = p.parse_args(argv)
-    cases = [c for c in CASES if args.match in c.name]
+    cases = [c for c in all_cases if args.match in c.name]
     if args.list or not cases:
         for c in cases:
             print(f"{c.name:<44} [{c.item}] exit {c.rc}: {c.needle}")
@@ -197,7 +196,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             ws.cleanup()
     print(f"{len(cases) - failed}/{len(cases)} cases hold" + (f"; {failed} FAILED" if failed else ""))
     return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from mc.config import RunConfig
 from mc.eval.stats import fmt_ci
-from mc.io import WriteError, write_text
+from mc.io import write_text
 
 VARIANT_ORDER = ("full", "recency", "compressed", "focused", "random")
 NO_EDIT_WARN = 0.5  # warn when refocus chose no edit in more than this share of the documents
@@ -107,8 +107,6 @@ class _Report:
             return
         try:
             self.image(fn(*args, **kw), alt)
-        except WriteError:  # a full disk or a read-only folder is the run's fault, not the plot's: stop, say so
-            raise
         except Exception as exc:  # a plot must never cost the whole report
             self.add(f"_(plot `{alt}` failed: {type(exc).__name__}: {exc})_", "")
 

@@ -131,6 +131,13 @@ def check_finite(state: Any, path: str | os.PathLike, *, fix: str = "delete it a
         raise CheckpointError(f"{path} holds non-finite weights: {bad}; {fix}")
 
 
+def load_finite_checkpoint(path: str | os.PathLike, *, fix: str) -> dict[str, Any]:
+    """:func:`load_checkpoint`, then :func:`check_finite` (``fix``: what to do about NaN/inf weights)."""
+    state = load_checkpoint(path)
+    check_finite(state, path, fix=fix)
+    return state
+
+
 class DivergenceGuard:
     """Stops a training loop whose loss or weights went non-finite, before anything is saved.
 
