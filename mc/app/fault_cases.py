@@ -3,110 +3,21 @@
 Grouped by the issue's items: 1 one writer per run folder, 2 non-finite weights, 3 disk and permission
 faults, 4 the smaller ones, and cheap cases that held before ("holds"). Faults are real where this
 machine allows it (two processes, ``chattr +i``, a private tmpfs through ``unshare``) and injected
-otherwise (an ``OSError`` with the errno a full disk or a read-only folder gives). Machinery, the
-workspace and the judging rules: :mod:`mc.app.fault_fuzz`.
+otherwise (:mod:`mc.app.fault_inject`). Machinery, the workspace and the judging rules:
+:mod:`mc.app.fault_fuzz`.
 """
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
-from typing import Iterator
 from unittest import mock
 
-from mc.app.fault_fuzz import (ROOT, Case, Outcome, Workspace, api_call, child_env, in_process, workflow_argv)
-
-
-# ----------------------------------------------------------------------------- injected faults and damage
-@contextlib.contextmanager
-def full_disk(budget: int) -> Iterator[None]:
-    """Files written through ``mc.io`` (they all are) share ``budget`` bytes, then ENOSPC, as on a full disk."""
-    real = os.fdopen
-    left = [budget]
-
-    def fdopen(fd, mode="r", *args, **kwargs):
-        f = real(fd, mode, *args, **kwargs)
-        if "w" not in mode:
-            return f
-        write = f.write
-
-        def limited(data):
-            if len(data) > left[0]:
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            left[0] -= len(data)
-            return write(data)
-
-        f.write = limited
-        return f
-
-    with mock.patch.object(os, "fdopen", fdopen):
-        yield
-
-
-@contextlib.contextmanager
-def unwritable(folder: Path, code: int) -> Iterator[None]:
-    """Creating a file in ``folder`` fails with ``code`` (EROFS: a read-only mount, EPERM: ``chattr +i``)."""
-    real_mkstemp, real_open = tempfile.mkstemp, os.open
-
-    def inside(path) -> bool:
-        return Path(path).resolve().is_relative_to(folder.resolve())
-
-    def mkstemp(*args, dir=None, **kwargs):  # noqa: A002 - tempfile's own keyword
-        if dir is not None and inside(dir):
-            raise OSError(code, os.strerror(code), str(dir))
-        return real_mkstemp(*args, dir=dir, **kwargs)
-
-    def open_(path, flags, *args, **kwargs):
-        if flags & os.O_CREAT and inside(path) and not Path(path).exists():
-            raise OSError(code, os.strerror(code), str(path))
-        return real_open(path, flags, *args, **kwargs)
-
-    with mock.patch.object(tempfile, "mkstemp", mkstemp), mock.patch.object(os, "open", open_):
-        yield
-
-
-@contextlib.contextmanager
-def immutable(folder: Path) -> Iterator[str]:
-    """``chattr +i folder`` (the issue's case; root on ext4 and the like), else the same EPERM injected."""
-    chattr = shutil.which("chattr")
-    if chattr and subprocess.run([chattr, "+i", str(folder)], capture_output=True).returncode == 0:
-        try:
-            yield "chattr +i"
-        finally:
-            subprocess.run([chattr, "-i", str(folder)], check=True)
-    else:
-        with unwritable(folder, errno.EPERM):
-            yield "injected EPERM"
-
-
-def poison(path: Path, section: str | None = None) -> None:
-    """Every floating tensor of the checkpoint (or of its ``section``) set to NaN, as the issue's all-NaN base.pt."""
-    import torch  # noqa: PLC0415
-
-    from mc.train.checkpoint import load_checkpoint, save_checkpoint  # noqa: PLC0415
-
-    state = load_checkpoint(path)
-
-    def nan(obj):
-        if torch.is_tensor(obj) and obj.is_floating_point():
-            return torch.full_like(obj, float("nan"))
-        return {k: nan(v) for k, v in obj.items()} if isinstance(obj, dict) else obj
-
-    if section is None:
-        state = nan(state)
-    else:
-        state[section] = nan(state[section])
-    save_checkpoint(path, state)
-
-
-def left_tmp(folder: Path) -> str | None:
-    found = sorted(str(p) for p in folder.rglob("*.tmp")) if folder.is_dir() else []
-    return f"temporaries left behind: {found}" if found else None
+from mc.app.fault_fuzz import ROOT, Case, Outcome, Workspace, api_call, child_env, in_process, workflow_argv
+from mc.app.fault_inject import full_disk, immutable, left_tmp, poison, unwritable
 
 
 # ----------------------------------------------------------------------------- the CLIs
@@ -279,6 +190,21 @@ def generate_json_full_disk(ws: Workspace) -> Outcome:
     return got
 
 
+def harness_json_unwritable(ws: Workspace) -> Outcome:
+    """The harness's verdict file cannot be written. The harness run itself is replaced by a passing verdict
+    (compiling takes minutes); what is tested is the CLI's write of it."""
+    import mc.harness.cli as cli  # noqa: PLC0415
+
+    def passing(cfg, **kwargs):
+        return {"passed": True, "config_hash": "0", "torch_version": "t", "device": "cpu", "recompiles_after_warmup": 0,
+                "graph_breaks": 0, "checks": {}, "info": {},
+                "cudagraph": {"status": "n/a", "recordings_warmup": 0, "recordings_steady": 0, "skips": 0}}
+
+    verdict = ws.file("plain") / "verdict.json"
+    return in_process(cli.main, ["--preset=smoke", "--json", str(verdict)],
+                      patches=[mock.patch.object(cli, "run_harness", passing)])
+
+
 # ----------------------------------------------------------------------------- 4: the smaller ones
 def load_config_string(ws: Workspace) -> Outcome:
     from mc.config import ConfigError  # noqa: PLC0415
@@ -360,6 +286,7 @@ CASES: list[Case] = [
     Case("run10/immutable-run-folder", "3 disk", 1, "cannot write", immutable_run_folder),
     Case("run10/read-only-run-folder", "3 disk", 1, "Read-only file system (EROFS)", read_only_run_folder),
     Case("mc_generate/json-full-disk", "3 disk", 1, "No space left on device (ENOSPC)", generate_json_full_disk),
+    Case("mc_compile_harness/json-unwritable", "3 disk", 1, "Not a directory (ENOTDIR)", harness_json_unwritable),
     # 4: the smaller ones
     Case("run10/stages-empty", "4 small", 2, "names no stage", lambda ws: run10(ws, "e", "--stages=")),
     Case("run10/force-empty", "4 small", 2, "names no stage", lambda ws: run10(ws, "e", "--force=")),
