@@ -101,8 +101,9 @@ def test_a_child_started_with_the_lock_keeps_the_folder_locked(tmp_path):
         pytest.fail("the lock outlived every process that held it")
 
 
-def _workflow(tmp_path: Path, tag: str) -> subprocess.Popen:
-    """The workflow on out_dir=tmp_path, name=r, with a slow fake stage 1 (0.2 s a step, 15 steps, one line each)."""
+def _workflow(tmp_path: Path, tag: str, *, hold: bool = False) -> subprocess.Popen:
+    """The workflow on out_dir=tmp_path, name=r, with a fake stage 1 (5 steps, one line each); with ``hold`` it
+    then waits to be killed, so the test, not the machine's speed, decides when it ends."""
     body = textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(ROOT / 'tests')!r})
@@ -111,10 +112,10 @@ def _workflow(tmp_path: Path, tag: str) -> subprocess.Popen:
         def slow(cfg, run_dir):
             print("STAGE1 STARTED", flush=True)
             (run_dir / "stage1").mkdir(exist_ok=True)
-            for step in range(1, 16):
+            for step in range(1, 6):
                 with open(run_dir / "stage1" / "steps.txt", "a") as f:
                     f.write(f"{tag} {{step}}\\n")
-                time.sleep(0.2)
+            time.sleep(300 if {hold} else 0)
             (run_dir / "stage1" / "base.pt").write_bytes(b"w")
             return {{}}
         workflow.STAGE_RUNNERS["stage1"] = slow
@@ -128,7 +129,7 @@ def _workflow(tmp_path: Path, tag: str) -> subprocess.Popen:
 def test_two_workflows_on_one_folder_the_second_exits_2_naming_the_first(tmp_path):
     """The issue's case: two `run10.sh --name X --stages=env,data,stage1` started together both trained and
     interleaved their steps. Now the second stops at once; a rerun after a SIGKILL takes the stale lock over."""
-    first = _workflow(tmp_path, "A")
+    first = _workflow(tmp_path, "A", hold=True)
     try:
         _wait_for(first, "STAGE1 STARTED")
         second = _workflow(tmp_path, "B")
@@ -137,7 +138,7 @@ def test_two_workflows_on_one_folder_the_second_exits_2_naming_the_first(tmp_pat
         assert err.strip().splitlines() == [
             f"run10: error: run folder {tmp_path / 'r'} is in use by another run (pid {first.pid}): one run writes "
             "to a folder at a time. Wait for it to finish (or stop it), or pick another folder with --name=NEW"]
-        assert "STAGE1 STARTED" not in out
+        assert "STAGE1 STARTED" not in out and first.poll() is None
         first.kill()  # mid-stage, as kill -9 would
         first.wait()
     finally:

@@ -49,7 +49,7 @@ def harness(*argv: str) -> Outcome:
 
 
 # Stage 1 long enough (a few seconds) that two runs started together overlap, or a kill lands mid-stage.
-LONGER = ("train.stage1.steps=12", "train.stage1.eval_every=12", "train.stage1.ckpt_every=4")
+LONGER = ("train.stage1.steps=20", "train.stage1.eval_every=20", "train.stage1.ckpt_every=5")
 
 
 def _gen(run: Path, *extra: str) -> list[str]:
@@ -91,13 +91,17 @@ def stale_lock(ws: Workspace) -> Outcome:
         for line in first.stdout:
             if "stage1: running" in line:
                 break
+        ended = first.poll()  # the kill must land while it holds the lock, or nothing is tested
         first.kill()
         first.wait()
     finally:
         if first.poll() is None:
             first.kill()
     again = subprocess.run(argv, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=300)
-    return Outcome(again.returncode, again.stdout, again.stderr)
+    got = Outcome(again.returncode, again.stdout, again.stderr)
+    if ended is not None:
+        got.problem = f"the first run ended (exit {ended}) before the kill; make stage 1 longer (LONGER)"
+    return got
 
 
 # ----------------------------------------------------------------------------- 2: non-finite weights
