@@ -16,7 +16,7 @@ from mc.controller import MCController
 from mc.nets.gistnet import GistNet
 from mc.nets.gpt import GPT
 from mc.nets.lensnet import LensNet
-from mc.train.checkpoint import CheckpointError, load_checkpoint
+from mc.train.checkpoint import CheckpointError, check_finite, load_checkpoint
 
 
 def resolve_device(name: str) -> torch.device:
@@ -53,6 +53,7 @@ def load_base_weights(base: GPT, path: str | Path) -> None:
     state = load_checkpoint(path)
     if "model" in state:
         state = state["model"]
+    check_finite(state, path, fix="stage 1 diverged or the file was damaged: re-run stage 1 (delete that file first)")
     try:
         base.load_state_dict(state)
     except (RuntimeError, KeyError, TypeError, AttributeError) as exc:  # size mismatch / missing keys / not tensors
@@ -98,6 +99,8 @@ def load_run(run_dir: str | Path, *, device: torch.device | str | None = None, t
     from mc.data.hf_tokenizer import tokenizer_for  # noqa: PLC0415
 
     run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise NotADirectoryError(f"run folder {run_dir} is a file, not a folder; pass the run folder (runs/<name>/)")
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run folder {run_dir} does not exist; train one with bash run10.sh "
                                 "(runs/<name>/) and pass that folder")
@@ -121,6 +124,7 @@ def load_run(run_dir: str | Path, *, device: torch.device | str | None = None, t
     ctrl = build_controller(cfg, device=torch.device(device) if device is not None else None,
                             base_weights=base_path, telemetry=telemetry or Telemetry())
     ckpt = load_checkpoint(run_dir / "stage2" / "ckpt.pt")
+    check_finite(ckpt, run_dir / "stage2" / "ckpt.pt", fix="re-run stage 2 (delete that file first)")
     state = ckpt.get("controller", ckpt)
     if not isinstance(state, dict) or "gistnet" not in state or "lensnet" not in state:
         raise CheckpointError(f"{run_dir / 'stage2' / 'ckpt.pt'} holds no GistNet/LensNet state (found "

@@ -132,6 +132,9 @@ def check_override_keys(overrides: Sequence[str], config_dir: Path | str = CONFI
 
 def load_config(overrides: Sequence[str] = (), config_dir: Path | str = CONFIG_DIR) -> RunConfig:
     """Compose ``configs/config.yaml`` with ``overrides`` and return a validated RunConfig."""
+    if isinstance(overrides, (str, bytes)):  # iterating "a=b" would give the overrides "a", "=", "b"
+        raise ConfigError(f"load_config takes a list of 'key=value' overrides, got the string {overrides!r}; "
+                          f"pass [{overrides!r}]")
     try:
         from hydra import compose, initialize_config_dir
         from hydra.core.config_store import ConfigStore

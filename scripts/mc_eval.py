@@ -7,6 +7,11 @@ The config is the run's own resolved ``config.json`` when it exists (so the eval
 what was trained), with ``key=value`` overrides applied on top (e.g. ``eval.n_docs=32``);
 without it, the config is resolved with Hydra from ``configs/`` (``preset=...`` works there).
 Writes ``<run-dir>/eval/eval.json``; ``--report`` also renders ``<run-dir>/report.md``.
+
+It holds the run folder's lock while it writes (mc.app.run_lock): a folder a workflow is running in
+is refused. Exit status: 0 done; 2 bad input (a run folder that is missing, a file or in use, an
+unreadable config.json, a bad override, a missing or unreadable stage checkpoint, non-finite weights), one line
+``mc_eval: error: ...``; 1 a file that cannot be written (disk full, permission), one line naming it.
 """
 import argparse
 import json
@@ -16,9 +21,37 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mc.app.bench import apply_overrides, bench_config  # noqa: E402  (config helpers shared with the benchmark)
-from mc.config import RunConfig, from_dict  # noqa: E402
+from mc.app.run_lock import RunLock  # noqa: E402
+from mc.config import ConfigError, RunConfig, from_dict  # noqa: E402
 from mc.eval.evaluate import VARIANTS, run_evaluation  # noqa: E402
 from mc.eval.stats import fmt_ci  # noqa: E402
+from mc.io import describe_os_error  # noqa: E402
+from mc.train.checkpoint import CheckpointError  # noqa: E402
+
+EXIT_WRITE, EXIT_BAD_INPUT = 1, 2
+
+
+class EvalInputError(ValueError):
+    """Bad input for mc_eval.py; the message is the one line the user sees."""
+
+
+def load_eval_config(run_dir: Path, overrides: list[str]) -> RunConfig:
+    """The run's recorded config (with ``overrides``), or the configs/ one for a folder that has none yet."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise EvalInputError(f"--run-dir {run_dir} is a file, not a run folder; pass runs/<name>/")
+    if not run_dir.is_dir():
+        raise EvalInputError(f"run folder {run_dir} does not exist; train one with bash run10.sh (runs/<name>/)")
+    saved = run_dir / "config.json"
+    if not saved.is_file():
+        return bench_config(overrides)
+    try:
+        cfg = from_dict(RunConfig, json.loads(saved.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError) as exc:
+        raise EvalInputError(f"{saved} is not a readable run config ({exc}); re-run the workflow there") from exc
+    try:
+        return apply_overrides(cfg, overrides)
+    except ValueError as exc:  # an unknown key or a malformed override
+        raise EvalInputError(str(exc)) from exc
 
 
 def main(argv=None) -> int:
@@ -29,11 +62,20 @@ def main(argv=None) -> int:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("overrides", nargs="*", help="config overrides key.path=value")
     args = p.parse_args(argv)
-    saved = args.run_dir / "config.json"
-    if saved.is_file():
-        cfg = apply_overrides(from_dict(RunConfig, json.loads(saved.read_text())), args.overrides)
-    else:
-        cfg = bench_config(args.overrides)
+    try:
+        cfg = load_eval_config(args.run_dir, args.overrides)
+        with RunLock(args.run_dir):  # it writes eval/ and report.md: not while a workflow runs there
+            _evaluate(args, cfg)
+    except (EvalInputError, ConfigError, CheckpointError) as exc:  # RunFolderBusy is a ConfigError
+        return _error(str(exc), EXIT_BAD_INPUT)
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError) and exc.errno is None:  # a stage output missing: names the stage to run
+            return _error(str(exc), EXIT_BAD_INPUT)
+        return _error(describe_os_error(exc), EXIT_WRITE)
+    return 0
+
+
+def _evaluate(args: argparse.Namespace, cfg: RunConfig) -> None:
     res = run_evaluation(cfg, args.run_dir, progress=not args.quiet, max_files=args.max_files)
     print(f"evaluation of {args.run_dir} (budget {res['budget']} entries, {res['seconds']} s):")
     for metric, per in res["metrics"].items():
@@ -44,7 +86,11 @@ def main(argv=None) -> int:
         from mc.app.report import write_report  # noqa: PLC0415
 
         print(f"report {write_report(cfg, args.run_dir)}")
-    return 0
+
+
+def _error(msg: str, code: int) -> int:
+    print(f"mc_eval: error: {msg}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

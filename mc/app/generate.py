@@ -6,7 +6,8 @@ schedule (KV cache on unless ``--no-kv-cache``), print tokens as they come, and 
 working context's LOD map around each refocus (:func:`lod_map_text`) and a JSON record.
 
 Bad input (a missing or unfinished run folder, an empty prompt, a prompt whose token ids the run's
-model cannot take) ends with one line on stderr and exit status 2.
+model cannot take, non-finite weights) ends with one line on stderr and exit status 2; a ``--json`` file
+that cannot be written (disk full, permission, a read-only folder) with one line and exit status 1.
 """
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from typing import Sequence, TextIO
 
 import torch
 
-EXIT_BAD_INPUT = 2
+from mc.io import WriteError, describe_os_error
+
+EXIT_BAD_INPUT, EXIT_WRITE = 2, 1
 
 
 class GenerateError(ValueError):
@@ -48,10 +51,14 @@ def read_prompt(prompt: str | None, prompt_file: Path | None, stdin: TextIO) -> 
     if prompt is not None:
         text, where = prompt, "--prompt"
     elif prompt_file is not None:
-        if not prompt_file.is_file():
+        if prompt_file.is_dir():
+            raise GenerateError(f"--prompt-file {prompt_file} is a directory; pass a text file")
+        if not prompt_file.exists():
             raise GenerateError(f"--prompt-file {prompt_file} does not exist; pass a text file")
         try:
             text = prompt_file.read_bytes().decode("utf-8")
+        except OSError as exc:  # unreadable (permissions, a device that fails): the path and the cause
+            raise GenerateError(f"--prompt-file {prompt_file} cannot be read: {describe_os_error(exc)}") from exc
         except UnicodeDecodeError as exc:
             raise GenerateError(f"--prompt-file {prompt_file} is not UTF-8 text (byte {exc.start}); "
                                 "the byte tokenizer reads UTF-8: convert the file first") from exc
@@ -216,13 +223,15 @@ def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None, stdo
     from mc.train.checkpoint import CheckpointError  # noqa: PLC0415
 
     try:
+        if args.json is not None and args.json.is_dir():  # found now, not after the whole generation
+            raise GenerateError(f"--json {args.json} is a directory; pass a file path (e.g. {args.json / 'out.json'})")
         text = read_prompt(args.prompt, args.prompt_file, stdin)
         device = resolve_device(args.device) if args.device else None
         ctrl, tok = load_run(args.run_dir, device=device)
         rec = generate_text(ctrl, tok, text, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                             seed=args.seed, use_cache=not args.no_kv_cache, out=stdout,
                             wc_out=stderr if args.show_wc else None, notes=stderr)
-    except (GenerateError, ConfigError, CheckpointError, FileNotFoundError) as exc:
+    except (GenerateError, ConfigError, CheckpointError, FileNotFoundError, NotADirectoryError) as exc:
         stderr.write(f"mc_generate: error: {exc}\n")
         return EXIT_BAD_INPUT
     rec["run_dir"] = str(args.run_dir)
@@ -230,5 +239,9 @@ def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None, stdo
                  f"{len(rec['tokens'])} new tokens at {rec['decode_tokens_per_s']:.0f} tok/s "
                  f"({'KV cache' if rec['kv_cache'] else 'no KV cache'}); {len(rec['refocus_ms'])} refocuses\n")
     if args.json is not None:
-        write_json(args.json, rec)
+        try:
+            write_json(args.json, rec)
+        except WriteError as exc:  # the text went to stdout already; the record could not be kept
+            stderr.write(f"mc_generate: error: {exc}\n")
+            return EXIT_WRITE
     return 0

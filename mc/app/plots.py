@@ -38,13 +38,17 @@ def _plt():
 
 
 def _save(plt, fig, path: str | Path, *, tight_layout: bool = True, **savefig_kw) -> Path:
-    """Lay out (unless the caller already placed a colour bar by hand), write ``path``, free the figure."""
+    """Lay out (unless the caller already placed a colour bar by hand), write ``path`` (atomically, as every
+    run-folder file: a full disk raises :class:`mc.io.WriteError` and leaves no half PNG), free the figure."""
+    from mc.io import atomic_write  # noqa: PLC0415
+
     if tight_layout:
         fig.tight_layout()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, **savefig_kw)
-    plt.close(fig)
+    try:
+        atomic_write(path, lambda f: fig.savefig(f, format=path.suffix.lstrip(".") or "png", **savefig_kw))
+    finally:
+        plt.close(fig)
     return path
 
 

@@ -1,6 +1,7 @@
 """Run folders tied to their resolved config (see obsidian Runbook: "Run folders").
 
-Owns :func:`default_run_name` (the folder a run gets when neither ``--name`` nor ``name=`` is
+Owns :func:`check_run_name` (a run name is one folder name under ``out_dir``: ``--name ../x`` or
+``--name a/b`` would put the run elsewhere), :func:`default_run_name` (the folder a run gets when neither ``--name`` nor ``name=`` is
 given: the preset's name when the config is exactly the preset's, else ``<preset>-<hash>`` of the
 config, so a different config can never land in, and skip the stages of, another run's folder),
 :func:`config_diff` (the dotted keys in which two resolved configs differ) and
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -56,6 +58,16 @@ def first_stage(key: str) -> str:
     """The earliest stage whose outputs depend on the dotted config ``key``."""
     best = max((p for p in FIRST_STAGE if key == p or key.startswith(p + ".")), key=len, default=None)
     return FIRST_STAGE[best] if best else "data"
+
+
+def check_run_name(name: str) -> str:
+    """``name`` when it is one plain folder name; else a one-line ConfigError (exit 2) saying what a name may be."""
+    seps = [sep for sep in (os.sep, os.altsep, "/") if sep]
+    if not name or name in (".", "..") or any(sep in name for sep in seps) or "\0" in name:
+        raise ConfigError(f"run name {name!r} is invalid: it names one folder under out_dir (runs/), so it must be "
+                          "non-empty, not '.' or '..', and without '/'; e.g. --name=my-run (to put runs "
+                          "elsewhere, set out_dir=DIR)")
+    return name
 
 
 def default_run_name(cfg: RunConfig, preset_cfg: Callable[[str], RunConfig]) -> str:

@@ -4,9 +4,12 @@
 parsed by :func:`mc.config_loading.parse_workflow_args` (shared with the harness); the resolved
 config goes to ``<out_dir>/<name>/config.json``, and a folder recorded with another config is refused
 (:mod:`mc.app.run_folder`; without ``--name`` the folder is named after the preset and config). Every
-bad input stops in :func:`_resolve` with exit 2 before anything is written. A stage whose outputs exist is skipped unless
-``--force`` names it; when a training/eval stage runs, the later selected stages run again too
-(their outputs would be stale). Stage functions belong to other modules and are imported lazily.
+bad input stops in :func:`_resolve` with exit 2 before anything is written. A run holds the folder's
+lock (:mod:`mc.app.run_lock`) from before its first write to its end, and resolves again under it; an
+OS error on a write (disk full, permission denied, read-only) ends the run with one line and exit 1.
+A stage whose outputs exist is skipped unless ``--force`` names it; when a training/eval stage runs,
+the later selected stages run again too (their outputs would be stale). Stage functions belong to
+other modules and are imported lazily.
 
 **The gate.** If any compile mode is on and stage 2 or evaluation will run, the compile harness
 must pass on the same resolved config first: it runs in a fresh subprocess
@@ -18,6 +21,7 @@ command that reproduces them.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -27,10 +31,12 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from mc.config import ConfigError, RunConfig, to_dict
-from mc.app.run_folder import check_recorded_config, default_run_name
+from mc.app.run_folder import check_recorded_config, check_run_name, default_run_name
+from mc.app.run_lock import RunFolderBusy, RunLock, held_lock_fds
 from mc.app.stage_runners import run_bench_stage, run_data, run_env, run_eval, run_report, run_stage1, run_stage2
 from mc.config_loading import WorkflowArgs, compile_hash, config_hash, load_config, parse_workflow_args
-from mc.io import clean_stale_tmp, write_json
+from mc.harness.record import INJECT_ENV
+from mc.io import clean_stale_tmp, describe_os_error, write_json
 
 STAGES = ("env", "data", "stage1", "stage2", "eval", "bench", "report")
 TRAINING = ("stage1", "stage2", "eval", "bench")  # a run of one of these makes every later stage's outputs stale
@@ -74,7 +80,8 @@ Flags (both --flag=V and --flag V work):
   --mc_compile_lensnet_inference=1 compile LensNet at inference  (compile.lensnet.inference)
   --mc_compile_gistnet=1           compile GistNet, both contexts (compile.gistnet.*)
   --compile_mode MODE              mode for those flags (default reduce-overhead)
-  --name NAME                      run folder name (config key `name`; default: from preset + config)
+  --name NAME                      run folder name, one folder under out_dir (config key `name`; default:
+                                   from preset + config); one run at a time per folder (<run>/.lock)
   --stages a,b                     run only these stages
   --force a,b                      redo these stages even if their outputs exist ("harness" re-runs
                                    the compile harness instead of reusing a recorded verdict; "all")
@@ -93,7 +100,9 @@ Examples:
   bash run10.sh --preset smoke --mc_compile_lensnet=1 --mc_compile_lensnet_inference=1
   bash run10.sh --preset smoke allocator.inference.iterations=3 --dry-run
   bash run10.sh --preset smoke --name=smoke --stages=eval,report --force=eval eval.n_docs=16  # re-evaluate runs/smoke
-Exit codes: 0 done, 1 a stage failed, 2 bad flag/config/run folder, 3 the compile gate refused, 130 Ctrl-C.
+Exit codes: 0 done; 1 a stage failed, or a file could not be written (disk full, permission denied,
+read-only: one line naming the file and the cause); 2 bad flag/config/run folder (also: the folder is in
+use by another run, named by its pid); 3 the compile gate refused; 130 Ctrl-C.
 """
 
 
@@ -105,6 +114,9 @@ def _stage_set(value: str | None, flag: str, *, extra: tuple[str, ...] = ()) -> 
     if value is None:
         return set()
     names = {s.strip() for s in value.split(",") if s.strip()}
+    if not names:  # `--stages=` would otherwise fall back to every stage: say so instead
+        raise ConfigError(f"flag {flag}={value!r} names no stage; give one or more of "
+                          f"{', '.join(STAGES + extra)} (or all), comma-separated")
     if "all" in names:
         return set(STAGES) | set(extra)
     bad = sorted(names - set(STAGES) - set(extra))
@@ -157,8 +169,10 @@ def harness_command(args: WorkflowArgs, verdict_path: Path) -> list[str]:
 
 
 def run_harness_subprocess(cmd: list[str]) -> int:
-    """Run the harness in a fresh process (Dynamo / CUDA-graph state is global); output streams through."""
-    return subprocess.run(cmd, check=False).returncode
+    """Run the harness in a fresh process (Dynamo / CUDA-graph state is global); output streams through.
+    It inherits the run folder's lock descriptor (mc.app.run_lock), so a killed workflow's folder stays locked
+    until its harness ends too."""
+    return subprocess.run(cmd, check=False, pass_fds=held_lock_fds()).returncode
 
 
 def _expected_identity(cfg: RunConfig) -> dict:
@@ -183,7 +197,9 @@ def gate(cfg: RunConfig, args: WorkflowArgs, run_dir: Path, *, rerun: bool = Fal
     path = run_dir / "harness" / "verdict.json"
     want = _expected_identity(cfg)
     cmd = harness_command(args, path)
-    repro = f"cd {shlex.quote(str(Path.cwd()))} && {shlex.join(cmd)}"
+    inject = os.environ.get(INJECT_ENV)  # inherited by the harness process: part of what it ran
+    env = f"{INJECT_ENV}={shlex.quote(inject)} " if inject else ""
+    repro = f"cd {shlex.quote(str(Path.cwd()))} && {env}{shlex.join(cmd)}"
     old = _read_verdict(path) if path.exists() and not rerun else None
     if old is not None:
         diff = [k for k, v in want.items() if old.get(k) != v]
@@ -233,6 +249,7 @@ def _resolve(argv: Sequence[str]) -> tuple[WorkflowArgs, RunConfig, dict[str, st
         preflight_hf_base(cfg.model)
     if args.name is None and not any(o.split("=", 1)[0].lstrip("+~") == "name" for o in args.overrides):
         cfg.name = default_run_name(cfg, lambda preset: load_config([f"preset={preset}"]))
+    check_run_name(cfg.name)  # one folder under out_dir: `--name ../x` must not escape runs/
     selected = _stage_set(args.stages, "--stages") or {s for s in STAGES if s != "bench" or cfg.bench.enabled}
     force = _stage_set(args.force, "--force", extra=("harness",))
     covered = force & selected
@@ -276,9 +293,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     if dry_run:
         _say("dry run: nothing executed, nothing written")
         return 0
+    try:
+        with RunLock(run_dir) as lock:
+            if lock.previous_pid is not None:
+                _say(f"took over the run folder's lock from pid {lock.previous_pid}, which ended without releasing it "
+                     "(killed?)")
+            # Under the lock, resolve again: a run that held the folder may have recorded its config.json
+            # or finished stages since the first look, and the check and the plan must see that.
+            args, cfg, again, force, diff = _resolve(argv)
+            if again != plan:
+                _say("plan under the lock: " + ", ".join(f"{s}={p}" for s, p in again.items()))
+            return _run_stages(args, cfg, again, force, run_dir)
+    except RunFolderBusy as exc:
+        print(f"run10: error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except ConfigError as exc:  # the folder changed under the second look (config.json of another config)
+        print(f"run10: error: {exc}\n(run `bash run10.sh --help` for the flags)", file=sys.stderr)
+        return EXIT_CONFIG
+    except OSError as exc:  # a full disk, a read-only or immutable run folder: one line, the path and the cause
+        print(f"run10: error: {describe_os_error(exc)}", file=sys.stderr)
+        return EXIT_STAGE
+
+
+def _run_stages(args: WorkflowArgs, cfg: RunConfig, plan: dict[str, str], force: set[str], run_dir: Path) -> int:
+    """Run the plan (the caller holds the run folder's lock); OS errors outside a stage propagate."""
+    needs_gate = cfg.compile.any_on and any(plan.get(s) == "run" for s in COMPILED)
     stage = "set-up"
     try:
-        # Only this process writes below run_dir now: a *.tmp there is a write a killed run left behind.
+        # Only this process writes below run_dir (it holds the lock): a *.tmp there is a write a killed run left.
         for p in clean_stale_tmp(run_dir, recursive=True):
             _say(f"removed {p} (a write a killed run left unfinished)")
         write_json(run_dir / "config.json", to_dict(cfg))
@@ -316,11 +358,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _report_stage_error(stage: str, exc: Exception) -> None:
     """A user-facing error (bad config, unreadable checkpoint) in one line; anything else with its traceback."""
-    from mc.train.checkpoint import CheckpointError  # noqa: PLC0415
+    from mc.train.checkpoint import CheckpointError, TrainingDiverged  # noqa: PLC0415
     from mc.train.launch import DistributedRunError  # noqa: PLC0415 - the ranks printed their own errors
 
-    if isinstance(exc, (ConfigError, CheckpointError, DistributedRunError)):
+    if isinstance(exc, (ConfigError, CheckpointError, DistributedRunError, TrainingDiverged)):
         print(f"run10: error: stage {stage}: {exc}", file=sys.stderr)
+        return
+    if isinstance(exc, OSError):  # disk full, permission denied, a missing input: the path and the cause
+        print(f"run10: error: stage {stage}: {describe_os_error(exc)}", file=sys.stderr)
         return
     traceback.print_exc()
     print(f"run10: error: stage {stage} failed (above). Fix it and re-run: finished stages are skipped and "

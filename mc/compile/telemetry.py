@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mc.compile.monitor import CompileMonitor
+from mc.io import WriteError
 
 NETS = ("lensnet", "gistnet")
 CONTEXTS = ("train", "inference")
@@ -146,8 +147,11 @@ class Telemetry:
         self._jsonl = None
         self.jsonl_path = Path(jsonl_path) if jsonl_path else None
         if self.jsonl_path is not None:
-            self.jsonl_path.parent.mkdir(parents=True, exist_ok=True)
-            self._jsonl = open(self.jsonl_path, "a", encoding="utf-8")
+            try:
+                self.jsonl_path.parent.mkdir(parents=True, exist_ok=True)
+                self._jsonl = open(self.jsonl_path, "a", encoding="utf-8")
+            except OSError as exc:  # a read-only or full run folder: one line naming the file (obsidian Runbook)
+                raise WriteError(self.jsonl_path, exc) from exc
         self.monitor.add_listener(self.emit)
         self._write_lock = threading.Lock()
 
@@ -178,8 +182,11 @@ class Telemetry:
             return
         line = json.dumps({**event, **self.tags} if self.tags else event, default=str)
         with self._write_lock:
-            self._jsonl.write(line + "\n")
-            self._jsonl.flush()
+            try:
+                self._jsonl.write(line + "\n")
+                self._jsonl.flush()
+            except OSError as exc:
+                raise WriteError(self.jsonl_path, exc) from exc
 
     def end_step(self, **extra: Any) -> dict:
         """Close a micro-step: reset the per-step counters, stream the summary, print the debug line."""

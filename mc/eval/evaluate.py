@@ -52,7 +52,7 @@ from mc.eval.long_range import run_long_range
 from mc.eval.stats import mean_ci, paired_diff_ci, proportion_ci
 from mc.io import write_json
 from mc.refocus import refocus_edit_budget
-from mc.train.checkpoint import load_checkpoint
+from mc.train.checkpoint import load_finite_checkpoint
 
 VARIANTS = ("full", "recency", "compressed", "focused", "random")
 PAIRS = (("focused", "recency"), ("focused", "compressed"), ("focused", "random"), ("compressed", "recency"))
@@ -138,7 +138,7 @@ def load_trained_controller(cfg: RunConfig, run_dir: str | Path, *, device: torc
         raise FileNotFoundError(f"evaluation needs the stage-2 GistNet/LensNet checkpoint at {aux_path}; run stage 2 "
                                 "first (bash run10.sh --stages=stage2)")
     ctrl = build_controller(cfg, device=device, base_weights=base_path, run_dir=telemetry_dir)
-    ckpt = load_checkpoint(aux_path)
+    ckpt = load_finite_checkpoint(aux_path, fix="re-run stage 2 (delete that file first)")
     state = ckpt.get("controller", ckpt)
     if not isinstance(state, dict) or "gistnet" not in state or "lensnet" not in state:
         keys = sorted(ckpt)

@@ -3,14 +3,16 @@
 Owns the flag parsing (the harness's own flags; the rest are run10 flags and Hydra overrides,
 resolved exactly as the workflow resolves them), the "nothing compiled: test what mc_run.sh turns
 on" rule, and :func:`main`: run :func:`mc.harness.run.run_harness`, print the table, write the
-verdict JSON. Exit 0 iff every check passes, 1 when a check fails, 2 for a bad flag or config
-value. See obsidian "Runbook" (compile harness).
+verdict JSON. Exit 0 iff every check passes, 1 when a check fails (or the verdict JSON cannot be
+written: one ``error:`` line naming the file), 2 for a bad flag or config value (a ``--base-weights``
+file that is missing, unreadable or holds NaN/inf included). See obsidian "Runbook" (compile harness).
 """
 from __future__ import annotations
 
 import os
 import shlex
 import sys
+from pathlib import Path
 from typing import Any, Sequence
 
 from mc.config import ConfigError, RunConfig, to_dict
@@ -18,7 +20,7 @@ from mc.config_loading import COMPILE_FLAGS, load_config, parse_workflow_args
 from mc.harness.record import INJECT_ENV, INJECTIONS
 from mc.harness.run import compile_modes, run_harness
 from mc.harness.verdict import format_table
-from mc.io import write_json
+from mc.io import WriteError, write_json
 
 USAGE = """\
 usage: python scripts/mc_compile_harness.py [--json PATH] [--strict] [--base-weights PATH]
@@ -118,7 +120,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mc.build import resolve_device  # noqa: PLC0415
 
         resolve_device(cfg.train.device)  # train.device=cuda without a GPU: a clear error, not a traceback
-    except (ConfigError, RuntimeError) as exc:
+        if opts.get("base_weights"):
+            check_base_weights(opts["base_weights"])
+    except (ConfigError, RuntimeError) as exc:  # CheckpointError is a RuntimeError
         print(f"mc_compile_harness: error: {exc}", file=sys.stderr)
         return 2
     if forced:
@@ -132,6 +136,24 @@ def main(argv: Sequence[str] | None = None) -> int:
                            command="python scripts/mc_compile_harness.py " + shlex.join(argv))
     print(format_table(verdict))
     if opts.get("json"):
-        write_json(opts["json"], verdict)
+        try:
+            write_json(opts["json"], verdict)
+        except WriteError as exc:  # the table above stands; the verdict file does not exist
+            print(f"mc_compile_harness: error: {exc}", file=sys.stderr)
+            return 1
         print(f"[harness] verdict written to {opts['json']}")
     return 0 if verdict["passed"] else 1
+
+
+def check_base_weights(path: str) -> None:
+    """``--base-weights`` must name a readable checkpoint of finite weights: a bad flag (exit 2) is found here,
+    not reported as a failed ``no_exception`` check after minutes of warm-up."""
+    from mc.train.checkpoint import check_finite, load_checkpoint  # noqa: PLC0415 - torch only past the flags
+
+    p = Path(path)
+    if p.is_dir() or not p.exists():
+        raise ConfigError(f"flag --base-weights={path!r} is invalid: "
+                          f"{'it is a directory' if p.is_dir() else 'no such file'}; pass stage 1's "
+                          "runs/<name>/stage1/base.pt (or leave the flag out for fresh weights)")
+    state = load_checkpoint(p)
+    check_finite(state.get("model", state), p, fix="pass another run's stage1/base.pt, or re-run stage 1")

@@ -8,15 +8,21 @@ only reader of ``.pt`` files: clear errors for a missing, empty or corrupt file)
 
 A checkpoint is a plain dict; the loops put ``model``/``controller``, ``optimizer``, ``step``,
 ``rng`` and ``config`` (the resolved config as a dict) in it.
+
+Non-finite values: :func:`check_finite` refuses weights holding NaN/inf where they are loaded (base
+weights, the stage-2 nets, a resume), naming the file and the first bad tensor; on the training side
+:class:`DivergenceGuard` stops a loop whose loss or weights went non-finite *before* it saves, so the
+checkpoint on disk always holds the last good weights, and the message says which one that is.
 """
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import random
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -24,7 +30,11 @@ from mc.io import torch_save
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint file is missing, empty, truncated or not a checkpoint."""
+    """A checkpoint file is missing, empty, truncated, not a checkpoint, or holds non-finite weights."""
+
+
+class TrainingDiverged(FloatingPointError):
+    """A training loss or the weights went NaN/inf; nothing was saved after the last good checkpoint."""
 
 
 def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> Path:
@@ -79,3 +89,88 @@ def require_keys(state: dict, keys: tuple[str, ...], path: str | os.PathLike) ->
     if missing:
         raise CheckpointError(f"checkpoint {path} lacks {', '.join(missing)}; it was written by another "
                               "stage or version: delete it to start that stage again")
+
+
+# ----------------------------------------------------------------------------- non-finite values
+def _float_tensors(obj: Any, name: str) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every floating-point tensor in nested dicts / lists / tuples, with a dotted name (RNG states are
+    byte tensors and optimizer steps integers: neither can be NaN, so they are skipped)."""
+    if isinstance(obj, torch.Tensor):
+        if obj.is_floating_point() or obj.is_complex():
+            yield name, obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _float_tensors(v, f"{name}.{k}" if name else str(k))
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            yield from _float_tensors(v, f"{name}[{i}]")
+
+
+def first_non_finite(state: Any) -> str | None:
+    """``"<tensor name> (<n> NaN/inf of <numel>)"`` for the first tensor in ``state`` holding a NaN or an
+    inf, else None. One host read per device (the per-tensor flags are stacked first)."""
+    items = list(_float_tensors(state, ""))
+    by_device: dict[torch.device, list[int]] = {}
+    for i, (_, t) in enumerate(items):
+        by_device.setdefault(t.device, []).append(i)
+    bad: list[int] = []
+    for idx in by_device.values():
+        flags = torch.stack([torch.isfinite(items[i][1]).all() for i in idx]).tolist()
+        bad += [i for i, ok in zip(idx, flags) if not ok]
+    if not bad:
+        return None
+    name, t = items[min(bad)]
+    return f"{name or 'the tensor'} ({int((~torch.isfinite(t)).sum())} NaN/inf of {t.numel()})"
+
+
+def check_finite(state: Any, path: str | os.PathLike, *, fix: str = "delete it and re-run the stage that wrote it") -> None:
+    """Refuse weights loaded from ``path`` that hold NaN or inf: :class:`CheckpointError` naming the file,
+    the first such tensor, and ``fix`` (what to do about it)."""
+    bad = first_non_finite(state)
+    if bad is not None:
+        raise CheckpointError(f"{path} holds non-finite weights: {bad}; {fix}")
+
+
+def load_finite_checkpoint(path: str | os.PathLike, *, fix: str) -> dict[str, Any]:
+    """:func:`load_checkpoint`, then :func:`check_finite` (``fix``: what to do about NaN/inf weights)."""
+    state = load_checkpoint(path)
+    check_finite(state, path, fix=fix)
+    return state
+
+
+class DivergenceGuard:
+    """Stops a training loop whose loss or weights went non-finite, before anything is saved.
+
+    ``good_step`` is the step of the checkpoint on disk at ``ckpt_path`` (None: none yet); the loop
+    calls :meth:`saved` after each checkpoint. Every message names that checkpoint as the last good
+    weights and the ways on: the same config repeats the divergence (training is deterministic), so
+    a lower ``lr_key`` under a new ``--name``, or that checkpoint deleted and the stage redone.
+    """
+
+    def __init__(self, stage: str, ckpt_path: Path, lr_key: str, good_step: int | None) -> None:
+        """``stage`` as the workflow names it (``stage1``, ``stage2``)."""
+        self.stage, self.ckpt_path, self.lr_key, self.good_step = stage, Path(ckpt_path), lr_key, good_step
+
+    def saved(self, step: int) -> None:
+        self.good_step = step
+
+    def check_loss(self, losses: dict[str, float], step: int, lr: float) -> None:
+        bad = {k: v for k, v in losses.items() if not math.isfinite(v)}
+        if bad:
+            shown = ", ".join(f"{k} {v}" for k, v in bad.items())
+            raise TrainingDiverged(self._message(f"loss is not finite at step {step} ({shown}; lr {lr:.2e})"))
+
+    def check_weights(self, state: Any, step: int) -> None:
+        bad = first_non_finite(state)
+        if bad is not None:
+            raise TrainingDiverged(self._message(f"weights are not finite after step {step}: {bad}"))
+
+    def _message(self, what: str) -> str:
+        again = f"lower {self.lr_key} under a new --name, or "
+        if self.good_step is None:
+            kept = f"no checkpoint was written before it ({self.ckpt_path} does not exist)"
+            again += f"re-run here with --force={self.stage} and a lower {self.lr_key}"
+        else:
+            kept = f"{self.ckpt_path} (step {self.good_step}) holds the last good weights"
+            again += f"delete {self.ckpt_path} and re-run with --force={self.stage} and a lower {self.lr_key}"
+        return f"{self.stage} {what}; nothing was saved after that: {kept}. The same config diverges the same way again: {again}"

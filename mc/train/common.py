@@ -21,7 +21,7 @@ from mc.config import RecallConfig, RunConfig, to_dict, with_defaults
 from mc.data.hf_tokenizer import tokenizer_for
 from mc.data.loader import Stage2Sampler, make_source
 from mc.data.recall import fit_recall
-from mc.io import write_text
+from mc.io import append_text, write_text
 from mc.train.tb_log import TensorBoardLog
 
 
@@ -71,10 +71,7 @@ class MetricsLog:
             write_text(self.path, "".join(line + "\n" for line in kept))  # a crash here keeps the old log
 
     def write(self, record: dict[str, Any]) -> None:
-        with open(self.path, "a") as f:
-            f.write(json.dumps(record) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        append_text(self.path, json.dumps(record) + "\n")  # fsynced; a failed append leaves no half line
         if self.tb is not None:
             self.tb.write(record)
 

@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 
 from mc.config import RunConfig, from_dict, to_dict
 from mc.config_checks import validate
+from mc.io import write_json
 
 STAGES = ("stage1", "stage2")
 LAUNCH_FILE, SUMMARY_FILE = "launch.json", "dist_summary.json"
@@ -46,12 +47,8 @@ def torchrun_command(stage: str, launch_file: str | os.PathLike, nproc: int) -> 
 
 def write_launch_file(stage: str, cfg: RunConfig, run_dir: str | os.PathLike, **loop_kwargs: Any) -> Path:
     """``<run>/<stage>/launch.json``: what every rank reads (no Hydra needed on the ranks)."""
-    path = Path(run_dir) / stage / LAUNCH_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"config": to_dict(cfg), "run_dir": str(run_dir), "loop": loop_kwargs}, indent=2))
-    os.replace(tmp, path)
-    return path
+    return write_json(Path(run_dir) / stage / LAUNCH_FILE, {"config": to_dict(cfg), "run_dir": str(run_dir),
+                                                            "loop": loop_kwargs})
 
 
 def _last_checkpoint(run_dir: Path, stage: str) -> str:
@@ -76,7 +73,8 @@ def run_distributed(stage: str, cfg: RunConfig, run_dir: str | os.PathLike, npro
         summary_path.unlink()  # a stale summary must never stand for this launch's result
     cmd = torchrun_command(stage, launch, nproc)
     print(f"[run10] {stage}: torchrun --standalone --nproc_per_node {nproc} ({' '.join(cmd)})", flush=True)
-    rc = (run or (lambda c: subprocess.run(c, check=False).returncode))(cmd)
+    from mc.app.run_lock import held_lock_fds  # noqa: PLC0415 - torchrun keeps the workflow's run-folder lock
+    rc = (run or (lambda c: subprocess.run(c, check=False, pass_fds=held_lock_fds()).returncode))(cmd)
     if rc != 0:
         raise DistributedRunError(
             f"{stage} failed on {nproc} ranks (torchrun exit code {rc}); the [mc rank ...] lines above name the "
@@ -134,10 +132,7 @@ def _rank_main(argv: Sequence[str]) -> int:
                 print(dist.diagnose(), file=sys.stderr, flush=True)
             raise
         if dist.is_main:
-            out = run_dir / stage / SUMMARY_FILE
-            tmp = out.with_name(out.name + ".tmp")
-            tmp.write_text(json.dumps(summary, indent=2, default=str))
-            os.replace(tmp, out)
+            write_json(run_dir / stage / SUMMARY_FILE, summary)
     return 0
 
 

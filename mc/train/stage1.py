@@ -24,7 +24,6 @@ is the mean over the ranks; rank 0 alone evaluates and writes (see obsidian "Dis
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,8 @@ from mc.config_checks import validate
 from mc.data.split import VAL_SEED_OFFSET
 from mc.io import clean_stale_tmp
 from mc.nets.gpt import GPT, next_token_loss
-from mc.train.checkpoint import load_checkpoint, require_keys, rng_state, save_checkpoint
+from mc.train.checkpoint import (DivergenceGuard, check_finite, load_checkpoint, require_keys, rng_state,
+                                 save_checkpoint)
 from mc.train.common import check_resume_config, finish_loop, loop_io, resume_into, setup_device
 from mc.train.optim import lr_at, make_optimizer, set_lr
 
@@ -110,6 +110,7 @@ def train_stage1(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
     saved = load_checkpoint(ckpt_path) if ckpt_path.exists() else None
     if saved is not None:
         require_keys(saved, ("model", "optimizer", "step", "rng", "config"), ckpt_path)
+        check_finite(saved, ckpt_path, fix="training cannot resume from it: delete it to start stage 1 again")
         check_resume_config(saved["config"], cfg, "stage1", ckpt_path)
         if base_path.exists() and saved["step"] >= st.steps:
             return dict(saved.get("summary") or {}, skipped=True)
@@ -133,9 +134,14 @@ def train_stage1(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
                                                      metrics_log=dist.metrics_log, stage1=True)
     train_data = dist.shard(train_data)  # this rank's disjoint share of the training documents
 
+    guard = DivergenceGuard("stage1", ckpt_path, "train.stage1.lr", step if saved is not None else None)
+
     def checkpoint() -> None:  # a collective under torchrun (every rank's RNG state); rank 0 writes
-        dist.save(ckpt_path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+        state = model.state_dict()
+        guard.check_weights(state, step)  # never overwrite the last good checkpoint with NaN weights
+        dist.save(ckpt_path, {"model": state, "optimizer": optimizer.state_dict(), "step": step,
                               "rng": rng_state(gen), "config": to_dict(cfg), "summary": summary})
+        guard.saved(step)
 
     end = st.steps if stop_after is None else min(st.steps, stop_after)
     query_weight = float(cfg.data.recall.stage1_query_weight)
@@ -164,11 +170,11 @@ def train_stage1(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
         tokens_since += tokens_per_step
         bar.update(1)
         measure = step % st.eval_every == 0 or step == st.steps
-        if step % log_every == 0 or measure or step == end:
+        save = step % st.ckpt_every == 0 and step < end
+        if step % log_every == 0 or measure or step == end or save:  # the loss is checked before every save
             train_loss = dist.mean({"loss": float(loss_sum) / lst.grad_accum}, device)["loss"]
-            if not math.isfinite(train_loss):
-                raise FloatingPointError(f"stage 1 loss is {train_loss} at step {step} (lr {lr:.2e}); "
-                                         "lower train.stage1.lr or check the data")
+            guard.check_loss({"train_loss": train_loss}, step, lr)
+        if step % log_every == 0 or measure or step == end:
             now = time.perf_counter()
             rec = {"step": step, "train_loss": train_loss, "lr": lr, "tokens_per_s": tokens_since / max(now - t_log, 1e-9)}
             if measure and dist.is_main:  # the other ranks wait at the next all-reduce
@@ -178,10 +184,10 @@ def train_stage1(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
             summary.update(steps=step, train_loss=train_loss, tokens_per_s=rec["tokens_per_s"])
             bar.set_postfix(loss=f"{train_loss:.3f}", **({"val": f"{rec['val_loss']:.3f}"} if "val_loss" in rec else {}))
             t_log, tokens_since = time.perf_counter(), 0
-        if step % st.ckpt_every == 0 and step < end:
+        if save:
             checkpoint()
     finish_loop(bar, summary, step, steps_run, t_start, checkpoint)
     metrics.close()
     if step >= st.steps and dist.is_main:
-        save_checkpoint(base_path, model.state_dict())  # weights only (atomic too)
+        save_checkpoint(base_path, model.state_dict())  # weights only (atomic too; finite: checked by checkpoint())
     return dict(summary, skipped=False)

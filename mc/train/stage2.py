@@ -34,7 +34,6 @@ ranks, rank 0 alone evaluates and writes (see obsidian "Distributed training").
 """
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -49,7 +48,7 @@ from mc.config import RunConfig, to_dict
 from mc.config_checks import validate
 from mc.controller import MCController
 from mc.io import clean_stale_tmp
-from mc.train.checkpoint import load_checkpoint, require_keys, rng_state
+from mc.train.checkpoint import DivergenceGuard, check_finite, load_checkpoint, require_keys, rng_state
 from mc.train.common import check_resume_config, finish_loop, loop_io, resume_into, setup_device
 from mc.train.optim import lr_at, make_optimizer, set_lr
 from mc.train.prefetch import PlanPrefetcher, prefetch_depth
@@ -115,6 +114,7 @@ def train_stage2(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
     saved = load_checkpoint(ckpt_path) if ckpt_path.exists() else None
     if saved is not None:
         require_keys(saved, ("controller", "optimizer", "step", "rng", "config"), ckpt_path)
+        check_finite(saved, ckpt_path, fix="training cannot resume from it: delete it to start stage 2 again")
         check_resume_config(saved["config"], cfg, "stage2", ckpt_path)
         if saved["step"] >= st.steps:
             return dict(saved.get("summary") or {}, skipped=True)
@@ -153,10 +153,15 @@ def train_stage2(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
         return controller.prepare_step(batch.tokens, gen, batch.queried_spans(), decoy_spans=batch.other_record_spans())
     prefetch = PlanPrefetcher(make_plan, gen, depth=prefetch_depth(cfg.train.prefetch, device))
 
+    guard = DivergenceGuard("stage2", ckpt_path, "train.stage2.lr", step if saved is not None else None)
+
     def checkpoint() -> None:  # the data RNG as of the last consumed plan, not the ones made ahead
-        dist.save(ckpt_path, {"controller": controller.state_dict(), "optimizer": optimizer.state_dict(),
+        state = controller.state_dict()
+        guard.check_weights(state, step)  # never overwrite the last good checkpoint with NaN weights
+        dist.save(ckpt_path, {"controller": state, "optimizer": optimizer.state_dict(),
                               "step": step, "rng": rng_state(prefetch.consumed_generator()),
                               "config": to_dict(cfg), "summary": summary})
+        guard.saved(step)
 
     # Clip each net on its own: one joint norm would let GistNet's LM gradient (or an unfrozen
     # base's) shrink LensNet's preference updates, coupling two objectives that share no weights.
@@ -192,9 +197,7 @@ def train_stage2(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
             continue  # the metrics stay on the device until a log step: no host sync in this step
         rec: dict[str, Any] = {"step": step, **dist.mean(_mean_stats(acc), device), "lr": lr}
         acc = []
-        if not math.isfinite(rec["lm_loss"]) or not math.isfinite(rec["pref_loss"]):
-            raise FloatingPointError(f"stage 2 loss is not finite at step {step}: lm {rec['lm_loss']}, "
-                                     f"pref {rec['pref_loss']} (lr {lr:.2e}); lower train.stage2.lr")
+        guard.check_loss({"lm": rec["lm_loss"], "pref": rec["pref_loss"]}, step, lr)  # a checkpoint step logs too
         now = time.perf_counter()
         rec["seq_per_s"] = seqs_since / max(now - t_log, 1e-9)
         if measure and dist.is_main:  # the other ranks wait at the next all-reduce
