@@ -20,6 +20,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from mc.inputs import finite_logits
 from mc.kv_cache import KVCache, slot_keys
 from mc.nets.positional import lod_rotary_cos_sin, rotary_cos_sin, rotary_full
 from mc.positions import IncrementalBasePositions
@@ -182,6 +183,8 @@ def generate(ctrl, n: int, *, sampler: Sampler | None = None, use_cache: bool = 
             logits, pending = pending, None
         else:
             logits = dec.logits(s) if dec is not None else ctrl.next_token_logits()
+        if dec is not None:  # the cache-free path checked its logits already (next_token_logits)
+            finite_logits(logits, "generate")  # weights or gists that overflow at run time: an error, not token 0
         tok = sampler(logits)
         tid = int(tok)  # the one host sync per token: the session's bookkeeping is Python
         out.append(tid)

@@ -55,3 +55,20 @@ def test_supported_families_pass_the_preflight(root, family):
     state = torch.random.get_rng_state()
     assert preflight_hf_base(m).endswith("ForCausalLM")
     assert torch.equal(state, torch.random.get_rng_state())  # checking a config does not move the run's random stream
+
+
+def test_non_finite_hf_weights_are_refused_at_load(root, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from mc.train.checkpoint import CheckpointError
+
+    src = tiny_hf_dir(root, "llama", 0.25)
+    model = AutoModelForCausalLM.from_pretrained(str(src))
+    with torch.no_grad():
+        model.model.layers[1].mlp.up_proj.weight[0, 0] = float("nan")
+    bad = tmp_path / "nan_llama"
+    model.save_pretrained(bad)
+    for f in src.glob("tokenizer*"):
+        (bad / f.name).write_bytes(f.read_bytes())
+    with pytest.raises(CheckpointError, match=r"nan_llama holds non-finite weights: .*layers\.1\.mlp\.up_proj\.weight"):
+        load_hf_base(ModelConfig(source="hf", hf_path=str(bad)), torch.device("cpu"))

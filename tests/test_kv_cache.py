@@ -124,3 +124,13 @@ print({MARK!r} + json.dumps({{"worst": worst, "frames": frames, "ladder": list(c
     assert out["worst"] < 1e-4, out["worst"]
     assert 1 <= out["frames"][-1] <= len(out["ladder"]), out["frames"]  # one decode graph per bucket at most
     assert out["frames"][-1] == out["frames"][len(out["frames"]) // 2], out["frames"]  # none in the second half
+
+
+def test_cached_decode_refuses_non_finite_logits():
+    """Weights that go NaN after loading (nothing checks them then): the cached path raises, it does not sample id 0."""
+    ctrl = _ctrl(GEOMETRIES["tiny"])
+    ctrl.begin_session(_prompt(12))
+    with torch.no_grad():
+        ctrl.base.lm_head.weight[3, 0] = float("nan")
+    with pytest.raises(FloatingPointError, match="generate: the base model returned 1 non-finite logit"):
+        ctrl.generate(2)

