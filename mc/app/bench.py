@@ -230,10 +230,21 @@ def _spawn(cfg_path: Path, mode: str, phase: str, work: Path, *, reps: int, max_
     return res
 
 
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo on Linux; the platform's word for it elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def device_name(device: str) -> str:
     if device.startswith("cuda") and torch.cuda.is_available():
         return torch.cuda.get_device_name(torch.device(device))
-    return f"CPU {platform.processor() or platform.machine()} ({os.cpu_count()} cores, {torch.get_num_threads()} threads)"
+    return f"CPU {cpu_model()} ({os.cpu_count()} cores, {torch.get_num_threads()} threads)"
 
 
 def run_bench(cfg: RunConfig, modes: Sequence[str] = MODES, *, quick: bool = False, reps: int | None = None,
