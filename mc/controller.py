@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch.autograd.profiler import record_function
 
 from mc.compile.boundary import (CompiledNet, StepMarker, apply_recompile_limit, freeze, recompile_limit_for,
                                  reentrance_reason)
@@ -149,38 +150,45 @@ class MCController:
         return self.run_step(self.prepare_step(ids_bt, generator, focus_spans, decoy_spans=decoy_spans))
 
     def run_step(self, plan: StepPlan) -> TrainStepOutput:
-        """Device half of a micro-step: no host-device sync (obsidian "Training")."""
+        """Device half of a micro-step: no host-device sync (obsidian "Training"). The phases carry
+        profiler labels (``mc.step.*``: a no-op without a profiler) for the step profile (scripts/mc_step_profile.py)."""
         mc, w = self.cfg.mc, self.train_bucket
         if plan.index.shape[1] != w:
             raise ValueError(f"run_step: the plan is padded to {plan.index.shape[1]} entries, training uses {w}")
         p = plan.to(self.device)
         b, v, t = p.batch, p.variants, p.ids.shape[1]
-        with torch.set_grad_enabled(not mc.freeze_base and torch.is_grad_enabled()):
-            embeds_btd = self.base.embed(p.ids)
-        levels = gist_levels(embeds_btd, mc.block_size, mc.max_lod, lambda x: self._run_gistnet(x, "train"))
-        embeds, mask = gather_planned(levels, p.index, p.lengths)  # [R, W, D], [R, W]
-        logits = self.base_logits(embeds, p.positions, p.lods, mask)
-        tail = shared_tail_loss(logits, p.token_ids, p.lengths, mc.recent_tokens)  # [R]
+        with record_function("mc.step.gistnet"):
+            with torch.set_grad_enabled(not mc.freeze_base and torch.is_grad_enabled()):
+                embeds_btd = self.base.embed(p.ids)
+            levels = gist_levels(embeds_btd, mc.block_size, mc.max_lod, lambda x: self._run_gistnet(x, "train"))
+        with record_function("mc.step.gather"):
+            embeds, mask = gather_planned(levels, p.index, p.lengths)  # [R, W, D], [R, W]
+        with record_function("mc.step.base"):
+            logits = self.base_logits(embeds, p.positions, p.lods, mask)
+        with record_function("mc.step.losses"):
+            tail = shared_tail_loss(logits, p.token_ids, p.lengths, mc.recent_tokens)  # [R]
         num_tokens = torch.full((b * v,), float(t), device=self.device)
         # Detached by default: LensNet's losses train LensNet only; with mc.lens_trains_gist they reach GistNet too.
         lens_in = embeds if mc.lens_trains_gist else embeds.detach()
-        scores = self._run_lensnet_batched(lens_in, mask, p.positions, p.lods, num_tokens)  # [R, W]
-        pref = preference_loss(scores.view(b, v, w), mask.view(b, v, w), p.positions.view(b, v, w),
-                               p.lods.view(b, v, w), p.lod_map, tail.detach().view(b, v),
-                               block_size=mc.block_size, beta=mc.pref_beta, min_gap=mc.min_loss_gap,
-                               exclude_bv=p.decoy)
-        # Decoy layouts (mc.decoy_variants) feed the focus loss only: the base copies the wrong record there, and
-        # GistNet lowering that loss would teach the base to hedge (obsidian Variant Sampler, "Decoys").
-        kept = (~p.decoy).view(-1).to(tail.dtype) if mc.decoy_variants else None  # [R]
-        lm_loss = tail.mean() if kept is None else (tail * kept).sum() / kept.sum()
-        total = lm_loss + mc.lens_loss_weight * pref.loss
-        if mc.focus_loss_weight:  # recall rows: rank the record's gist first (obsidian LensNet, "Focus loss")
-            rank = focus_loss(scores.view(b, v, w), mask.view(b, v, w), p.positions.view(b, v, w), p.lods.view(b, v, w),
-                              p.focus_span, block_size=mc.block_size)
-            total = total + mc.focus_loss_weight * rank
-        if self.cfg.gistnet.content_loss_weight:  # coarse gists keep rare tokens (obsidian GistNet)
-            content = gist_content_loss(levels[1:], p.ids, self.gistnet.content_head, mc.block_size)
-            total = total + self.cfg.gistnet.content_loss_weight * content
+        with record_function("mc.step.lensnet"):
+            scores = self._run_lensnet_batched(lens_in, mask, p.positions, p.lods, num_tokens)  # [R, W]
+        with record_function("mc.step.losses"):
+            pref = preference_loss(scores.view(b, v, w), mask.view(b, v, w), p.positions.view(b, v, w),
+                                   p.lods.view(b, v, w), p.lod_map, tail.detach().view(b, v),
+                                   block_size=mc.block_size, beta=mc.pref_beta, min_gap=mc.min_loss_gap,
+                                   exclude_bv=p.decoy)
+            # Decoy layouts (mc.decoy_variants) feed the focus loss only: the base copies the wrong record there, and
+            # GistNet lowering that loss would teach the base to hedge (obsidian Variant Sampler, "Decoys").
+            kept = (~p.decoy).view(-1).to(tail.dtype) if mc.decoy_variants else None  # [R]
+            lm_loss = tail.mean() if kept is None else (tail * kept).sum() / kept.sum()
+            total = lm_loss + mc.lens_loss_weight * pref.loss
+            if mc.focus_loss_weight:  # recall rows: rank the record's gist first (obsidian LensNet, "Focus loss")
+                rank = focus_loss(scores.view(b, v, w), mask.view(b, v, w), p.positions.view(b, v, w),
+                                  p.lods.view(b, v, w), p.focus_span, block_size=mc.block_size)
+                total = total + mc.focus_loss_weight * rank
+            if self.cfg.gistnet.content_loss_weight:  # coarse gists keep rare tokens (obsidian GistNet)
+                content = gist_content_loss(levels[1:], p.ids, self.gistnet.content_head, mc.block_size)
+                total = total + self.cfg.gistnet.content_loss_weight * content
         return TrainStepOutput(total=total, lm_loss=lm_loss, tail_losses=tail.detach().view(b, v),
                                preference=pref, scores=scores)
 
@@ -230,8 +238,13 @@ class MCController:
     def append(self, ids: Tensor, *, refocus: bool = True) -> None:
         """Append tokens; refocus every ``allocator.inference.refocus_interval`` tokens."""
         ids = token_ids(ids, self.cfg.model.vocab_size, "append")  # 1-D ints in the vocabulary
+        self._extend(torch.as_tensor(ids, dtype=torch.long).reshape(-1).to(self.device), refocus)
+
+    @torch.no_grad()
+    def _extend(self, ids: Tensor, refocus: bool) -> None:
+        """:meth:`append` after its input checks; ``generate`` calls it directly with the token its sampler drew
+        from this model's logits (inside the vocabulary by construction: the check would cost a host sync)."""
         s = self._require_session()
-        ids = torch.as_tensor(ids, dtype=torch.long).reshape(-1).to(self.device)
         s.extend(ids, self.base.embed(ids[None])[0])
         if refocus and s.tokens_since_refocus >= self.cfg.allocator.inference.refocus_interval:
             self.refocus()

@@ -190,7 +190,7 @@ def generate(ctrl, n: int, *, sampler: Sampler | None = None, use_cache: bool = 
         out.append(tid)
         if on_token is not None:
             on_token(tid)
-        ctrl.append(tok.view(1), refocus=False)
+        ctrl._extend(tok.view(1).to(ctrl.device, torch.long), refocus=False)  # drawn from the logits: in the vocabulary
         if s.tokens_since_refocus >= interval:
             if on_refocus is not None:
                 on_refocus("before", s)

@@ -225,3 +225,23 @@ def test_a_million_tokens_at_the_cpu_preset_geometry(tiny):
     check_session(s)
     assert s.num_tokens == 1_000_000
     assert s.tree.max_lod == layout_depth(1_000_000, block_size=8, min_lod=1, max_entries=72, recent_tokens=16)
+
+
+def test_single_token_appends_keep_every_invariant(tiny):
+    """Decode-style appends (one token at a time) skip the O(W) validate walk: the invariants must hold by
+    construction, through the budget filling, collapses, level growth and refocus edits in between."""
+    from mc.allocator import FocusAllocator  # noqa: PLC0415
+
+    s = new_session(tiny)
+    stream(s, 5)
+    g = torch.Generator().manual_seed(3)
+    for step in range(1200):  # past several level growths of the tiny budget (32 entries, K=4)
+        stream(s, 1)
+        check_session(s)
+        if step % 16 == 15:  # a refocus with random scores moves the layout away from make_room's own
+            alloc: FocusAllocator = s.allocator
+            scores = torch.rand(len(s.wc), generator=g) * 2 - 1
+            alloc.apply(s.wc, alloc.select(s.wc, scores, max_edits=3))
+            alloc.end_refocus()
+            check_session(s)
+    assert s.tree.max_lod > tiny.mc.max_lod  # the stream went past the trained depth, growing levels

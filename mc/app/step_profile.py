@@ -1,0 +1,197 @@
+"""Stage-2 step cost against its floor: the full micro-step vs the base model's forward + backward alone.
+
+Owns the measurement behind ``scripts/mc_step_profile.py`` (obsidian Training, "What a stage-2 step
+costs"). For a preset's geometry it builds the controller and a real stage-2 batch (the corpus +
+recall mix of the workflow's sampler), then times, in one process and round-robin:
+
+* ``step``: one whole micro-step as training runs it: the host plan (``prepare_step``: variants,
+  gather tables), ``run_step`` (GistNet over the history, gather, the base over every variant,
+  LensNet, the losses), the backward, gradient clipping, the optimizer step and ``zero_grad``;
+* ``base``: the base model's forward + backward over the same materialised working contexts (the
+  same ``[R, W, D]`` embeddings as a leaf that needs a gradient, as GistNet's gists do in training)
+  with the same shared-tail loss: the part of a step no change around the base can remove.
+
+``step / base`` is the ratio the issue tracks. A profile of one more step splits it by phase: the
+``mc.step.*`` labels of :meth:`MCController.run_step` (GistNet, gather, base, LensNet, losses) from
+``torch.profiler``, and host planning, backward and optimizer by wall clock around their calls.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from datetime import date
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from mc.io import write_json, write_text
+
+PHASES = ("plan", "gistnet", "gather", "base", "lensnet", "losses", "backward", "optimizer")
+
+
+class StepBench:
+    """A controller, an optimizer and one fixed stage-2 batch for a config (see module docstring)."""
+
+    def __init__(self, cfg, *, max_files: int | None = 200, seed: int = 0) -> None:
+        from mc.build import build_controller  # noqa: PLC0415
+        from mc.train.common import make_sampler, setup_device  # noqa: PLC0415
+        from mc.train.optim import make_optimizer  # noqa: PLC0415
+
+        self.cfg = cfg
+        self.device = setup_device(cfg)
+        self.ctrl = build_controller(cfg, device=self.device)
+        self.ctrl.gistnet.train()
+        self.ctrl.lensnet.train()
+        self.opt = make_optimizer(self.ctrl.aux_parameters(), cfg.train.stage2)
+        sampler = make_sampler(cfg, "train", cfg.mc.history_tokens, max_files=max_files)
+        self.batch = sampler.sample(cfg.train.stage2.batch_size, cfg.mc.history_tokens, torch.Generator().manual_seed(seed))
+        self.seed = seed
+        self.groups = [list(self.ctrl.gistnet.parameters()), list(self.ctrl.lensnet.parameters())]
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def plan(self):
+        b = self.batch
+        return self.ctrl.prepare_step(b.tokens, torch.Generator().manual_seed(self.seed), b.queried_spans(),
+                                      decoy_spans=b.other_record_spans())
+
+    def step(self, phases: dict[str, float] | None = None) -> float:
+        """One whole micro-step plus the optimizer; seconds. ``phases`` gets plan/backward/optimizer wall times."""
+        self._sync()
+        t0 = time.perf_counter()
+        plan = self.plan()
+        t1 = time.perf_counter()
+        out = self.ctrl.run_step(plan)
+        self._sync()
+        t2 = time.perf_counter()
+        out.total.backward()
+        self.ctrl.end_micro_step()
+        self._sync()
+        t3 = time.perf_counter()
+        for group in self.groups:
+            torch.nn.utils.clip_grad_norm_(group, 1.0)
+        self.opt.step()
+        self.ctrl.zero_grad(self.opt)
+        self._sync()
+        t4 = time.perf_counter()
+        if phases is not None:
+            phases.update(plan=t1 - t0, forward=t2 - t1, backward=t3 - t2, optimizer=t4 - t3)
+        return t4 - t0
+
+    def base_inputs(self):
+        """The working contexts one step reads, materialised once (no grad): embeds, positions, lods, mask, targets."""
+        from mc.gather import gather_planned  # noqa: PLC0415
+        from mc.tree import gist_levels  # noqa: PLC0415
+
+        p = self.plan().to(self.device)
+        mc = self.cfg.mc
+        with torch.no_grad():
+            levels = gist_levels(self.ctrl.base.embed(p.ids), mc.block_size, mc.max_lod,
+                                 lambda x: self.ctrl.gist_blocks(x))
+            embeds, mask = gather_planned(levels, p.index, p.lengths)
+        return embeds, p.positions, p.lods, mask, p.token_ids, p.lengths
+
+    def base(self, inputs) -> float:
+        """The base model's forward + backward over ``inputs`` (the step's working contexts); seconds."""
+        from mc.nets.losses import shared_tail_loss  # noqa: PLC0415
+
+        embeds, positions, lods, mask, token_ids, lengths = inputs
+        leaf = embeds.detach().requires_grad_(True)  # gradients reach the entries, as they reach GistNet's gists
+        self._sync()
+        t0 = time.perf_counter()
+        logits = self.ctrl.base_logits(leaf, positions, lods, mask)
+        shared_tail_loss(logits, token_ids, lengths, self.cfg.mc.recent_tokens).mean().backward()
+        self._sync()
+        return time.perf_counter() - t0
+
+    def profile(self) -> dict[str, float]:
+        """Seconds per phase of one micro-step (PHASES)."""
+        from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
+        walls: dict[str, float] = {}
+        with profile(activities=acts) as prof:
+            self.step(walls)
+        labelled = {}
+        for ev in prof.key_averages():
+            if ev.key.startswith("mc.step."):
+                total_us = ev.device_time_total if self.device.type == "cuda" else ev.cpu_time_total
+                labelled[ev.key[len("mc.step."):]] = total_us / 1e6
+        out = {"plan": walls["plan"], **{k: labelled.get(k, 0.0) for k in ("gistnet", "gather", "base", "lensnet", "losses")},
+               "backward": walls["backward"], "optimizer": walls["optimizer"]}
+        out["forward_other"] = max(walls["forward"] - sum(labelled.values()), 0.0)
+        return out
+
+
+def measure(cfg, *, reps: int, warmup: int = 2) -> dict:
+    sb = StepBench(cfg)
+    inputs = sb.base_inputs()
+    for _ in range(warmup):  # first calls (allocator growth, lazy init) are nobody's cost
+        sb.step()
+        sb.base(inputs)
+    step_s, base_s = [], []
+    for _ in range(reps):  # round-robin: both see the same machine state
+        step_s.append(sb.step())
+        base_s.append(sb.base(inputs))
+    phases = [sb.profile() for _ in range(3)]
+    phase_med = {k: statistics.median(p[k] for p in phases) for k in phases[0]}
+    rows, w = inputs[0].shape[0], inputs[0].shape[1]
+    return {"step_ms": 1e3 * statistics.median(step_s), "base_fwd_bwd_ms": 1e3 * statistics.median(base_s),
+            "ratio": statistics.median(step_s) / statistics.median(base_s),
+            "phases_ms": {k: 1e3 * v for k, v in phase_med.items()}, "rows": rows, "bucket": w,
+            "history_tokens": cfg.mc.history_tokens, "batch": cfg.train.stage2.batch_size,
+            "variants": cfg.mc.n_random_variants + 1, "reps": reps}
+
+
+def to_markdown(res: dict) -> str:
+    s = res["setup"]
+    lines = [f"# Stage-2 micro-step vs the base's forward + backward ({s['date']})", "",
+             f"device {s['device']}, {s['threads']} threads, torch {s['torch']}; medians of {s['reps']} round-robin "
+             "pairs; phases: median of 3 profiled steps.", "",
+             "| preset | rows x entries | history | step (ms) | base fwd+bwd (ms) | step / base | "
+             + " | ".join(PHASES) + " |", "|---" * (6 + len(PHASES)) + "|"]
+    for name, r in res["presets"].items():
+        ph = r["phases_ms"]
+        lines.append(f"| {name} | {r['rows']} x {r['bucket']} | {r['history_tokens']} | {r['step_ms']:.1f} | "
+                     f"{r['base_fwd_bwd_ms']:.1f} | **{r['ratio']:.2f}** | "
+                     + " | ".join(f"{ph.get(k, 0.0):.1f}" for k in PHASES) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from mc.app.bench import device_name  # noqa: PLC0415
+    from mc.config_loading import load_config  # noqa: PLC0415
+    from mc.train.common import setup_device  # noqa: PLC0415
+
+    p = argparse.ArgumentParser(prog="mc_step_profile.py", description=__doc__.splitlines()[0])
+    p.add_argument("--presets", nargs="+", default=["cpu", "long"])
+    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--md", type=Path, default=None)
+    p.add_argument("overrides", nargs="*", help="config overrides applied to every preset")
+    a = p.parse_args(argv)
+    res = {"presets": {}}
+    for preset in a.presets:
+        cfg = load_config([f"preset={preset}", *a.overrides])
+        res["presets"][preset] = measure(cfg, reps=a.reps)
+        print(f"[step-profile] {preset}: {json.dumps(res['presets'][preset])}", file=sys.stderr, flush=True)
+    res["setup"] = {"device": device_name(str(setup_device(cfg))), "threads": torch.get_num_threads(),
+                    "torch": torch.__version__, "date": date.today().isoformat(), "reps": a.reps,
+                    "overrides": list(a.overrides)}
+    md = to_markdown(res)
+    print(md)
+    if a.json:
+        write_json(a.json, res)
+    if a.md:
+        write_text(a.md, md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
