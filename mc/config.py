@@ -17,6 +17,9 @@ ALLOCATOR_POLICIES = ("relative", "absolute")
 POSITION_MODES = ("global", "bounded", "entries")  # mc.positions (mc/positions.py)
 LONG_TASKS = ("passkey", "multi_needle")  # mc.data.long_tasks
 LONG_RANGE_VARIANTS = ("recency", "compressed", "focused", "random", "oracle")
+TASK_SUITE_TASKS = ("passkey", "multikey", "multivalue", "vartrack")  # mc.data.real_tasks
+# full: the base over the whole history (where it fits model.max_seq_len); salience: a non-learned locator
+TASK_SUITE_VARIANTS = ("full", "recency", "compressed", "focused", "random", "salience", "oracle")
 DEVICES = ("auto", "cpu", "cuda")
 GIST_POOLINGS = ("mean_mlp", "query")
 BENCH_CASES = ("lensnet", "train", "tree", "session", "decode", "refocus")
@@ -293,11 +296,27 @@ class LongRangeConfig:
 
 
 @dataclass
+class TaskSuiteConfig:
+    """The task suite (obsidian Evaluation, "Task suite"): passkey and RULER-style needles over real text, for any
+    tokenizer, read by every variant at the working-context budget W = mc.max_entries."""
+
+    tasks: list[str] = field(default_factory=list)  # of TASK_SUITE_TASKS ([] = off); scripts/mc_eval.py --tasks too
+    multiples: list[int] = field(default_factory=lambda: [8, 16])  # history lengths as multiples of W (mc.max_entries)
+    depths: list[float] = field(default_factory=lambda: [0.1, 0.5, 0.9])  # first-needle depth buckets
+    depth_jitter: float = 0.05  # each document's depth uniform in depth +- this (a bucket, not one offset)
+    n_per_cell: int = 4  # documents per (task, length, depth) cell
+    n_keys: int = 4  # multikey: keys (one queried); multivalue: values of the one key
+    hops: int = 4  # vartrack: assignments after the first (a chain of hops + 1 variables)
+    variants: list[str] = field(default_factory=lambda: list(TASK_SUITE_VARIANTS))
+
+
+@dataclass
 class EvalConfig:
     n_docs: int = 16  # held-out documents per evaluation source
     doc_tokens: int = 2048  # length of each held-out document
     tail_tokens: int = 64  # next-token loss is measured over this document tail
     long_range: LongRangeConfig = field(default_factory=LongRangeConfig)  # the sweep past the window (off by default)
+    tasks: TaskSuiteConfig = field(default_factory=TaskSuiteConfig)  # real-text tasks for any tokenizer (off by default)
 
 
 @dataclass

@@ -9,7 +9,8 @@ import dataclasses
 from typing import Any
 
 from mc.config import (ALLOCATOR_POLICIES, BASE_SOURCES, BENCH_CASES, HF_DTYPES, COMPILE_MODES, DATA_SOURCES, DEVICES, FREEZE_MODES,
-                       GIST_POOLINGS, LONG_RANGE_VARIANTS, LONG_TASKS, POSITION_MODES, ConfigError, RunConfig)
+                       GIST_POOLINGS, LONG_RANGE_VARIANTS, LONG_TASKS, POSITION_MODES, TASK_SUITE_TASKS,
+                       TASK_SUITE_VARIANTS, ConfigError, RunConfig)
 
 def _fail(key: str, value: Any, allowed: str) -> None:
     raise ConfigError(f"config {key}={value!r} is invalid: {allowed}")
@@ -217,4 +218,25 @@ def validate(cfg: RunConfig) -> RunConfig:
             _choice(f"eval.long_range.{key}", v, allowed)
     if "random" in lr.variants and "focused" not in lr.variants:
         _fail("eval.long_range.variants", list(lr.variants), "'random' makes as many edits as 'focused' did: list both")
+    _check_task_suite(cfg)
     return cfg
+
+
+def _check_task_suite(cfg: RunConfig) -> None:
+    ts = cfg.eval.tasks
+    for key, allowed in (("tasks", TASK_SUITE_TASKS), ("variants", TASK_SUITE_VARIANTS)):
+        for v in getattr(ts, key):
+            _choice(f"eval.tasks.{key}", v, allowed)
+    if not ts.variants:
+        _fail("eval.tasks.variants", [], f"expected a non-empty list of {', '.join(TASK_SUITE_VARIANTS)}")
+    if not ts.multiples or any(isinstance(m, bool) or not isinstance(m, int) or m < 2 for m in ts.multiples):
+        _fail("eval.tasks.multiples", list(ts.multiples), "expected integers >= 2 (history lengths as multiples of "
+              "the working-context budget mc.max_entries)")
+    if not ts.depths or any(isinstance(d, bool) or not isinstance(d, (int, float)) or not 0.0 <= d <= 1.0 for d in ts.depths):
+        _fail("eval.tasks.depths", list(ts.depths), "expected a non-empty list of fractions in [0, 1]")
+    if isinstance(ts.depth_jitter, bool) or not isinstance(ts.depth_jitter, (int, float)) or not 0 <= ts.depth_jitter <= 0.5:
+        _fail("eval.tasks.depth_jitter", ts.depth_jitter, "expected a number in [0, 0.5]")
+    for k in ("n_per_cell", "n_keys", "hops"):
+        _positive(f"eval.tasks.{k}", getattr(ts, k))
+    if "random" in ts.variants and "focused" not in ts.variants:
+        _fail("eval.tasks.variants", list(ts.variants), "'random' makes as many edits as 'focused' did: list both")

@@ -32,7 +32,7 @@ from mc.inputs import finite_logits, token_batch, token_ids
 from mc.nets.gistnet import GistNet
 from mc.nets.gpt import GPT
 from mc.nets.lensnet import LensNet
-from mc.nets.losses import focus_loss, gist_content_loss, preference_loss, shared_tail_loss
+from mc.nets.losses import shared_tail_loss, stage2_objective
 from mc.nets.positional import lod_rotary_cos_sin
 from mc.positions import base_positions
 from mc.refocus import run_refocus
@@ -173,22 +173,7 @@ class MCController:
         with record_function("mc.step.lensnet"):
             scores = self._run_lensnet_batched(lens_in, mask, p.positions, p.lods, num_tokens)  # [R, W]
         with record_function("mc.step.losses"):
-            pref = preference_loss(scores.view(b, v, w), mask.view(b, v, w), p.positions.view(b, v, w),
-                                   p.lods.view(b, v, w), p.lod_map, tail.detach().view(b, v),
-                                   block_size=mc.block_size, beta=mc.pref_beta, min_gap=mc.min_loss_gap,
-                                   exclude_bv=p.decoy)
-            # Decoy layouts (mc.decoy_variants) feed the focus loss only: the base copies the wrong record there, and
-            # GistNet lowering that loss would teach the base to hedge (obsidian Variant Sampler, "Decoys").
-            kept = (~p.decoy).view(-1).to(tail.dtype) if mc.decoy_variants else None  # [R]
-            lm_loss = tail.mean() if kept is None else (tail * kept).sum() / kept.sum()
-            total = lm_loss + mc.lens_loss_weight * pref.loss
-            if mc.focus_loss_weight:  # recall rows: rank the record's gist first (obsidian LensNet, "Focus loss")
-                rank = focus_loss(scores.view(b, v, w), mask.view(b, v, w), p.positions.view(b, v, w),
-                                  p.lods.view(b, v, w), p.focus_span, block_size=mc.block_size)
-                total = total + mc.focus_loss_weight * rank
-            if self.cfg.gistnet.content_loss_weight:  # coarse gists keep rare tokens (obsidian GistNet)
-                content = gist_content_loss(levels[1:], p.ids, self.gistnet.content_head, mc.block_size)
-                total = total + self.cfg.gistnet.content_loss_weight * content
+            total, lm_loss, pref = stage2_objective(self.cfg, p, scores, mask, tail, levels, self.gistnet.content_head)
         return TrainStepOutput(total=total, lm_loss=lm_loss, tail_losses=tail.detach().view(b, v),
                                preference=pref, scores=scores)
 

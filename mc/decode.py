@@ -103,6 +103,13 @@ class CachedDecoder:
             out.index_copy_(0, torch.tensor(slots, device=dev), rows)
         return out[None]
 
+    def reset(self) -> None:
+        """Forget the cached session: the next :meth:`logits` recomputes everything. Needed after
+        ``InferenceSession.restore``: a rolled-back tree may refill a node index with another token, which
+        the entry comparison (same ``(lod, index, position)``) cannot see."""
+        self.session = None
+        self.cache.clear()
+
     @torch.no_grad()
     def logits(self, session: InferenceSession) -> Tensor:
         """Logits ``[V]`` for the token after ``session``'s history (equal to the cache-free path)."""

@@ -2,6 +2,7 @@
 """Evaluate a trained run (standalone entry point; the workflow calls the same function).
 
     python scripts/mc_eval.py --run-dir runs/default [--report] [--max-files N] [key=value ...]
+    python scripts/mc_eval.py --run-dir runs/smollm2 --tasks passkey,multikey [eval.tasks.multiples=[8,16] ...]
 
 The config is the run's own resolved ``config.json`` when it exists (so the evaluation matches
 what was trained), with ``key=value`` overrides applied on top (e.g. ``eval.n_docs=32``);
@@ -60,10 +61,19 @@ def main(argv=None) -> int:
     p.add_argument("--report", action="store_true", help="also write <run-dir>/report.md")
     p.add_argument("--max-files", type=int, default=None, help="cap the stdlib corpus scan (quick runs)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--tasks", default=None, help="run only the task suite with these comma-separated tasks (passkey, "
+                   "multikey, multivalue, vartrack) -> eval/tasks.json and eval/tasks.md (eval.tasks.* for the grid)")
     p.add_argument("overrides", nargs="*", help="config overrides key.path=value")
     args = p.parse_args(argv)
     try:
-        cfg = load_eval_config(args.run_dir, args.overrides)
+        overrides = list(args.overrides)
+        if args.tasks is not None:
+            names = [t.strip() for t in args.tasks.split(",") if t.strip()]
+            if not names:
+                raise EvalInputError(f"--tasks {args.tasks!r} names no task; give one or more of passkey, multikey, "
+                                     "multivalue, vartrack")
+            overrides.append(f"eval.tasks.tasks={json.dumps(names)}")  # JSON: both override parsers read it
+        cfg = load_eval_config(args.run_dir, overrides)
         with RunLock(args.run_dir):  # it writes eval/ and report.md: not while a workflow runs there
             _evaluate(args, cfg)
     except (EvalInputError, ConfigError, CheckpointError) as exc:  # RunFolderBusy is a ConfigError
@@ -76,6 +86,12 @@ def main(argv=None) -> int:
 
 
 def _evaluate(args: argparse.Namespace, cfg: RunConfig) -> None:
+    if args.tasks is not None:  # the suite alone
+        from mc.eval.task_suite import evaluate_tasks, to_markdown  # noqa: PLC0415
+
+        print(to_markdown(evaluate_tasks(cfg, args.run_dir, progress=not args.quiet)))
+        print(f"written {args.run_dir / 'eval' / 'tasks.json'} and tasks.md")
+        return
     res = run_evaluation(cfg, args.run_dir, progress=not args.quiet, max_files=args.max_files)
     print(f"evaluation of {args.run_dir} (budget {res['budget']} entries, {res['seconds']} s):")
     for metric, per in res["metrics"].items():

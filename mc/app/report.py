@@ -4,14 +4,14 @@
 
 1. training curves from ``stage1/metrics.jsonl`` and ``stage2/metrics.jsonl`` (every numeric key
    is read defensively; loss-like keys are plotted);
-2. the evaluation table from ``eval/eval.json`` (means with 95% intervals, paired differences);
+2. the evaluation table from ``eval/eval.json`` (means with 95% intervals, paired differences; the
+   long-range sweep and the task suite when they ran);
 3. LOD maps of working contexts before and after refocus (the entries were saved by the evaluation);
 4. the compile summary from ``harness/verdict.json`` and the run's ``telemetry.jsonl``;
 5. the benchmark table from ``bench/bench.json``.
 
-Every part is optional: a missing or unreadable file becomes a line saying what is missing and
-which stage produces it, never an exception. Plots need matplotlib; without it the report says so.
-"""
+Every part is optional: a missing or unreadable file becomes a line saying what is missing and which
+stage produces it, never an exception. Plots need matplotlib; without it the report says so."""
 from __future__ import annotations
 
 import json
@@ -33,8 +33,6 @@ METRIC_COLUMNS = (("corpus_tail_loss", "corpus tail loss (nats/token)", False),
 
 
 # ----------------------------------------------------------------------------- reading
-
-
 def read_jsonl(path: Path) -> tuple[list[dict], str | None]:
     """Records of a JSONL file; unreadable lines are skipped and counted in the note."""
     if not path.is_file():
@@ -295,6 +293,8 @@ def _evaluation(rep: _Report) -> None:
             rep.add(f"| {d.get('doc')} | `{p.get('answer')}` | " + " | ".join(f"`{p.get(v, '')}`" for v in VARIANT_ORDER) + " |")
         rep.add("")
     _long_range(rep, ev.get("long_range") or {})
+    from mc.eval.task_suite import to_markdown  # noqa: PLC0415 - the suite renders its own tables
+    rep.add(*(["### Task suite", "", to_markdown(ev["tasks"])] if ev.get("tasks") else []))
     maps = ev.get("lod_maps", [])
     rep.add("### LOD maps before and after refocus", "")
     if not maps:

@@ -48,7 +48,7 @@ from mc.data.hf_tokenizer import tokenizer_for
 from mc.data.split import VAL_SEED_OFFSET
 from mc.eval.baselines import lod0_answer, lod0_tail_loss
 from mc.eval.focus_policies import oracle_refocus, random_refocus
-from mc.eval.long_range import run_long_range
+from mc.eval.task_suite import run_sweeps
 from mc.eval.stats import mean_ci, paired_diff_ci, proportion_ci
 from mc.io import write_json
 from mc.refocus import refocus_edit_budget
@@ -368,8 +368,7 @@ def run_evaluation(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True
         if compiled:
             ctrl.warmup()
         result = evaluate_docs(ctrl, ecfg, docs, progress=progress)
-        if ecfg.eval.long_range.multiples:
-            result["long_range"] = run_long_range(ctrl, ecfg, progress=progress)
+        result.update(run_sweeps(ctrl, ecfg, progress=progress))  # the long-range sweep and the task suite, when on
     finally:
         if compiled:
             unfreeze(ctrl.telemetry.monitor)

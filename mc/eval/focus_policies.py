@@ -74,3 +74,22 @@ def oracle_refocus(ctrl: MCController, span: tuple[int, int]) -> int:
     per_iteration = ctrl.cfg.allocator.inference.max_edits
     return _iterate(ctrl, lambda sess: span_scores(sess.wc, start, end), edit_budget=10 ** 6,
                     max_iterations=(levels + 1) * max(1, (end - start) // max(1, per_iteration) + 1))
+
+
+def multi_span_oracle_refocus(ctrl: MCController, spans: list[tuple[int, int]]) -> int:
+    """:func:`oracle_refocus` for several needles at once (a multi-value or variable-tracking document): every
+    entry over any of ``spans`` scores 1, so all of them are opened towards LOD0 as far as the budget allows,
+    the cheapest (oldest) other groups traded for room. Returns the edits applied."""
+    if not spans or any(not 0 <= a < b for a, b in spans):
+        raise ValueError(f"multi_span_oracle_refocus: spans must be non-empty token ranges, got {spans}")
+    if len(spans) == 1:
+        return oracle_refocus(ctrl, spans[0])
+    s = ctrl.session
+    levels = s.tree.num_levels if hasattr(s.tree, "num_levels") else ctrl.cfg.mc.max_lod + 1
+    per_iteration = ctrl.cfg.allocator.inference.max_edits
+    width = sum(b - a for a, b in spans)
+
+    def scores(sess) -> torch.Tensor:
+        return torch.stack([span_scores(sess.wc, a, b) for a, b in spans]).amax(0)
+    return _iterate(ctrl, scores, edit_budget=10 ** 6,
+                    max_iterations=(levels + 1) * len(spans) * max(1, width // max(1, per_iteration) + 1))

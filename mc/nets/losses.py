@@ -217,3 +217,31 @@ def gist_content_loss(gists_by_level: list[Tensor], ids_bt: Tensor, head: torch.
         bce = F.binary_cross_entropy_with_logits(logits, y, weight=weight_bnv, reduction="none")
         losses.append(bce.sum(-1).mean())
     return torch.stack(losses).mean()
+
+
+def stage2_objective(cfg, p, scores: Tensor, mask: Tensor, tail: Tensor, levels, content_head):
+    """One stage-2 micro-step's objective from its parts: ``(total, lm_loss, PreferenceResult)``.
+
+    ``p`` is the step's plan on the device (:class:`mc.step_plan.StepPlan`), ``scores`` / ``mask``
+    ``[R, W]`` LensNet's scores and the entries' mask, ``tail`` ``[R]`` the per-row shared-tail loss, ``levels``
+    the tree levels GistNet made (the content loss reads the gist levels). ``total`` = LM loss +
+    ``mc.lens_loss_weight`` * preference (+ the focus and content losses when weighted).
+    """
+    mc = cfg.mc
+    b, v, w = p.batch, p.variants, scores.shape[1]
+    pref = preference_loss(scores.view(b, v, w), mask.view(b, v, w), p.positions.view(b, v, w),
+                           p.lods.view(b, v, w), p.lod_map, tail.detach().view(b, v),
+                           block_size=mc.block_size, beta=mc.pref_beta, min_gap=mc.min_loss_gap, exclude_bv=p.decoy)
+    # Decoy layouts (mc.decoy_variants) feed the focus loss only: the base copies the wrong record there, and
+    # GistNet lowering that loss would teach the base to hedge (obsidian Variant Sampler, "Decoys").
+    kept = (~p.decoy).view(-1).to(tail.dtype) if mc.decoy_variants else None  # [R]
+    lm_loss = tail.mean() if kept is None else (tail * kept).sum() / kept.sum()
+    total = lm_loss + mc.lens_loss_weight * pref.loss
+    if mc.focus_loss_weight:  # recall rows: rank the record's gist first (obsidian LensNet, "Focus loss")
+        rank = focus_loss(scores.view(b, v, w), mask.view(b, v, w), p.positions.view(b, v, w), p.lods.view(b, v, w),
+                          p.focus_span, block_size=mc.block_size)
+        total = total + mc.focus_loss_weight * rank
+    if cfg.gistnet.content_loss_weight:  # coarse gists keep rare tokens (obsidian GistNet)
+        total = total + cfg.gistnet.content_loss_weight * gist_content_loss(levels[1:], p.ids, content_head,
+                                                                            mc.block_size)
+    return total, lm_loss, pref
