@@ -138,6 +138,17 @@ def write_json(path: str | os.PathLike, data: Any, *, indent: int | None = 2) ->
     return write_text(path, json.dumps(data, indent=indent, default=str) + "\n")
 
 
+def write_results(data: Any, markdown: str, *, json_path: str | os.PathLike | None = None,
+                  md_path: str | os.PathLike | None = None) -> None:
+    """A measurement's outputs: the Markdown to stdout, then its JSON and Markdown files where asked (the
+    bench scripts' ``--json`` / ``--md``)."""
+    print(markdown)
+    if json_path:
+        write_json(json_path, data)
+    if md_path:
+        write_text(md_path, markdown)
+
+
 def torch_save(path: str | os.PathLike, obj: Any) -> Path:
     """``torch.save(obj)`` to ``path`` atomically."""
     import torch  # noqa: PLC0415 - keeps `import mc.io` free of torch for the light callers

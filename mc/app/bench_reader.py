@@ -32,7 +32,7 @@ from typing import Sequence
 
 import torch
 
-from mc.io import write_json, write_text
+from mc.io import write_results
 
 CASES = ("in_window", "long")
 SYSTEMS = ("megacontext", "transformers")
@@ -298,12 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(memory_probe(args)))
         return 0
     res = run_bench(args)
-    md = to_markdown(res)
-    print(md)
-    if args.json:
-        write_json(args.json, res)
-    if args.md:
-        write_text(args.md, md)
+    write_results(res, to_markdown(res), json_path=args.json, md_path=args.md)
     return 0
 
 

@@ -28,7 +28,7 @@ from typing import Sequence
 
 import torch
 
-from mc.io import write_json, write_text
+from mc.io import write_results
 
 PHASES = ("plan", "gistnet", "gather", "base", "lensnet", "losses", "backward", "optimizer")
 
@@ -184,12 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     res["setup"] = {"device": device_name(str(setup_device(cfg))), "threads": torch.get_num_threads(),
                     "torch": torch.__version__, "date": date.today().isoformat(), "reps": a.reps,
                     "overrides": list(a.overrides)}
-    md = to_markdown(res)
-    print(md)
-    if a.json:
-        write_json(a.json, res)
-    if a.md:
-        write_text(a.md, md)
+    write_results(res, to_markdown(res), json_path=a.json, md_path=a.md)
     return 0
 
 
