@@ -173,7 +173,7 @@ class MCController:
         with record_function("mc.step.lensnet"):
             scores = self._run_lensnet_batched(lens_in, mask, p.positions, p.lods, num_tokens)  # [R, W]
         with record_function("mc.step.losses"):
-            total, lm_loss, pref = stage2_objective(self.cfg, p, scores, mask, tail, levels, self.gistnet.content_head)
+            total, lm_loss, pref = stage2_objective(self.cfg, p, scores, mask, tail, levels, self.gistnet)
         return TrainStepOutput(total=total, lm_loss=lm_loss, tail_losses=tail.detach().view(b, v),
                                preference=pref, scores=scores)
 

@@ -87,7 +87,8 @@ def main(argv=None) -> int:
 
 def _evaluate(args: argparse.Namespace, cfg: RunConfig) -> None:
     if args.tasks is not None:  # the suite alone
-        from mc.eval.task_suite import evaluate_tasks, to_markdown  # noqa: PLC0415
+        from mc.app.eval_tasks import evaluate_tasks  # noqa: PLC0415
+        from mc.eval.task_suite import to_markdown  # noqa: PLC0415
 
         print(to_markdown(evaluate_tasks(cfg, args.run_dir, progress=not args.quiet)))
         print(f"written {args.run_dir / 'eval' / 'tasks.json'} and tasks.md")

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import mc.controller as controller_module
+import mc.nets.losses as losses_module
 from mc.build import build_controller
 from mc.config import PAD_ID, ConfigError
 from mc.config_loading import load_config
@@ -157,7 +158,7 @@ def test_micro_step_device_half_has_no_host_sync_at_h100_geometry():
 
 def test_sync_audit_catches_a_host_read_and_a_blocking_copy(monkeypatch):
     cfg = load_config(["preset=smoke", "train.device=cpu"])
-    real_pref, real_tail = controller_module.preference_loss, controller_module.shared_tail_loss
+    real_pref, real_tail = losses_module.preference_loss, controller_module.shared_tail_loss
 
     def reads_back(*a, **k):
         res = real_pref(*a, **k)
@@ -165,10 +166,10 @@ def test_sync_audit_catches_a_host_read_and_a_blocking_copy(monkeypatch):
             pass
         return res
 
-    monkeypatch.setattr(controller_module, "preference_loss", reads_back)
+    monkeypatch.setattr(losses_module, "preference_loss", reads_back)  # called by losses.stage2_objective
     res = audit_micro_step(cfg, micro_steps=1)
-    assert not res["passed"] and "mc/controller.py" in res["host_reads"][0]
-    monkeypatch.setattr(controller_module, "preference_loss", real_pref)
+    assert not res["passed"] and "mc/nets/losses.py" in res["host_reads"][0]
+    monkeypatch.setattr(losses_module, "preference_loss", real_pref)
 
     def copies_in(logits, *a, **k):
         return real_tail(logits, *a, **k) * torch.tensor(1.0, device=logits.device)

@@ -117,28 +117,6 @@ def run_sweeps(ctrl, cfg: RunConfig, *, progress: bool = False) -> dict:
     return out
 
 
-def evaluate_tasks(cfg: RunConfig, run_dir, *, progress: bool = True) -> dict:
-    """The suite alone on a trained run (``scripts/mc_eval.py --tasks``): loads the run's nets, runs
-    :func:`run_task_suite`, writes ``eval/tasks.json`` and ``eval/tasks.md``; returns the result."""
-    from pathlib import Path  # noqa: PLC0415
-
-    from mc.build import resolve_device  # noqa: PLC0415
-    from mc.eval.evaluate import _eval_config, load_trained_controller  # noqa: PLC0415
-    from mc.io import write_json, write_text  # noqa: PLC0415
-
-    run_dir = Path(run_dir)
-    ecfg = _eval_config(cfg)
-    ctrl = load_trained_controller(ecfg, run_dir, device=resolve_device(cfg.train.device))
-    for m in (ctrl.base, ctrl.gistnet, ctrl.lensnet):
-        m.eval()
-    res = {"preset": cfg.preset, "created": time.strftime("%Y-%m-%d %H:%M:%S"), "torch": torch.__version__,
-           **run_task_suite(ctrl, ecfg, progress=progress)}
-    ctrl.telemetry.close()
-    write_json(run_dir / "eval" / "tasks.json", res, indent=1)
-    write_text(run_dir / "eval" / "tasks.md", f"# Task suite of {run_dir.name}\n\n" + to_markdown(res))
-    return res
-
-
 def run_task_suite(ctrl, cfg: RunConfig, *, progress: bool = False, source=None) -> dict:
     """The sweep (see the module docstring); ``{}`` when ``eval.tasks.tasks`` is empty. ``source``: the filler's
     corpus source (default: the held-out split of the run's corpus, tokenized by its tokenizer)."""

@@ -219,12 +219,13 @@ def gist_content_loss(gists_by_level: list[Tensor], ids_bt: Tensor, head: torch.
     return torch.stack(losses).mean()
 
 
-def stage2_objective(cfg, p, scores: Tensor, mask: Tensor, tail: Tensor, levels, content_head):
+def stage2_objective(cfg, p, scores: Tensor, mask: Tensor, tail: Tensor, levels, gistnet):
     """One stage-2 micro-step's objective from its parts: ``(total, lm_loss, PreferenceResult)``.
 
     ``p`` is the step's plan on the device (:class:`mc.step_plan.StepPlan`), ``scores`` / ``mask``
     ``[R, W]`` LensNet's scores and the entries' mask, ``tail`` ``[R]`` the per-row shared-tail loss, ``levels``
-    the tree levels GistNet made (the content loss reads the gist levels). ``total`` = LM loss +
+    the tree levels ``gistnet`` made (the content loss reads the gist levels and, only when weighted, its
+    ``content_head``). ``total`` = LM loss +
     ``mc.lens_loss_weight`` * preference (+ the focus and content losses when weighted).
     """
     mc = cfg.mc
@@ -242,6 +243,6 @@ def stage2_objective(cfg, p, scores: Tensor, mask: Tensor, tail: Tensor, levels,
                           p.focus_span, block_size=mc.block_size)
         total = total + mc.focus_loss_weight * rank
     if cfg.gistnet.content_loss_weight:  # coarse gists keep rare tokens (obsidian GistNet)
-        total = total + cfg.gistnet.content_loss_weight * gist_content_loss(levels[1:], p.ids, content_head,
+        total = total + cfg.gistnet.content_loss_weight * gist_content_loss(levels[1:], p.ids, gistnet.content_head,
                                                                             mc.block_size)
     return total, lm_loss, pref
