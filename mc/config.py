@@ -100,6 +100,9 @@ class MCConfig:
     decoy_variants: int = 0
     focus_loss_weight: float = 0.0  # recall sequences: weight of the loss ranking the record's gist first (0 = off)
     lens_loss_weight: float = 1.0  # weight of the LensNet preference loss in the stage-2 total
+    # KL from the base over the whole raw history to each variant on the shared tail (0 = off; needs history_tokens
+    # <= model.max_seq_len): a dense target for GistNet, one no-grad forward per sequence (obsidian Training)
+    distill_weight: float = 0.0
     # LensNet's losses also train GistNet (the gists LensNet reads are not detached), so GistNet keeps in its coarse
     # gists what LensNet needs to rank them, e.g. a record's key (obsidian GistNet, "What trains GistNet")
     lens_trains_gist: bool = False

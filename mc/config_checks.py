@@ -79,6 +79,12 @@ def validate(cfg: RunConfig) -> RunConfig:
     if isinstance(mc.focus_loss_weight, bool) or not isinstance(mc.focus_loss_weight, (int, float)) \
             or not 0.0 <= mc.focus_loss_weight < 1e3:
         _fail("mc.focus_loss_weight", mc.focus_loss_weight, "expected a number >= 0 (0 = off)")
+    if isinstance(mc.distill_weight, bool) or not isinstance(mc.distill_weight, (int, float)) \
+            or not 0.0 <= mc.distill_weight < 1e3:
+        _fail("mc.distill_weight", mc.distill_weight, "expected a number >= 0 (0 = off)")
+    if mc.distill_weight and mc.history_tokens > m.max_seq_len:
+        _fail("mc.distill_weight", mc.distill_weight, f"the teacher reads the whole history in one window: needs "
+              f"mc.history_tokens ({mc.history_tokens}) <= model.max_seq_len ({m.max_seq_len}); set it to 0")
     top = mc.block_size ** mc.max_lod
     if mc.history_tokens % top:
         _fail("mc.history_tokens", mc.history_tokens, f"must be a multiple of block_size**max_lod = {top}")

@@ -24,11 +24,11 @@ import torch
 from torch import Tensor
 from torch.autograd.profiler import record_function
 
-from mc.compile.boundary import (CompiledNet, StepMarker, apply_recompile_limit, freeze, recompile_limit_for,
-                                 reentrance_reason)
+from mc.compile.boundary import CompiledNet, StepMarker, apply_recompile_limit, freeze, recompile_limit_for, reentrance_reason
 from mc.compile.telemetry import Telemetry
 from mc.config import RunConfig
 from mc.inputs import finite_logits, token_batch, token_ids
+from mc.nets.distill import full_history_distill
 from mc.nets.gistnet import GistNet
 from mc.nets.gpt import GPT
 from mc.nets.lensnet import LensNet
@@ -167,13 +167,15 @@ class MCController:
             logits = self.base_logits(embeds, p.positions, p.lods, mask)
         with record_function("mc.step.losses"):
             tail = shared_tail_loss(logits, p.token_ids, p.lengths, mc.recent_tokens)  # [R]
+            distill = (full_history_distill(self.base_logits, embeds_btd, logits, p.lengths, mc.recent_tokens)
+                       if mc.distill_weight else None)  # [R] KL from the base over the raw history (mc.step.teacher)
         num_tokens = torch.full((b * v,), float(t), device=self.device)
         # Detached by default: LensNet's losses train LensNet only; with mc.lens_trains_gist they reach GistNet too.
         lens_in = embeds if mc.lens_trains_gist else embeds.detach()
         with record_function("mc.step.lensnet"):
             scores = self._run_lensnet_batched(lens_in, mask, p.positions, p.lods, num_tokens)  # [R, W]
         with record_function("mc.step.losses"):
-            total, lm_loss, pref = stage2_objective(self.cfg, p, scores, mask, tail, levels, self.gistnet)
+            total, lm_loss, pref = stage2_objective(self.cfg, p, scores, mask, tail, levels, self.gistnet, distill)
         return TrainStepOutput(total=total, lm_loss=lm_loss, tail_losses=tail.detach().view(b, v),
                                preference=pref, scores=scores)
 

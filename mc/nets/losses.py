@@ -219,14 +219,15 @@ def gist_content_loss(gists_by_level: list[Tensor], ids_bt: Tensor, head: torch.
     return torch.stack(losses).mean()
 
 
-def stage2_objective(cfg, p, scores: Tensor, mask: Tensor, tail: Tensor, levels, gistnet):
+def stage2_objective(cfg, p, scores: Tensor, mask: Tensor, tail: Tensor, levels, gistnet, distill: Tensor | None = None):
     """One stage-2 micro-step's objective from its parts: ``(total, lm_loss, PreferenceResult)``.
 
     ``p`` is the step's plan on the device (:class:`mc.step_plan.StepPlan`), ``scores`` / ``mask``
     ``[R, W]`` LensNet's scores and the entries' mask, ``tail`` ``[R]`` the per-row shared-tail loss, ``levels``
     the tree levels ``gistnet`` made (the content loss reads the gist levels and, only when weighted, its
-    ``content_head``). ``total`` = LM loss +
-    ``mc.lens_loss_weight`` * preference (+ the focus and content losses when weighted).
+    ``content_head``), ``distill`` ``[R]`` the per-row KL from the full-history teacher
+    (:mod:`mc.nets.distill`; ``None`` when ``mc.distill_weight`` is 0). ``total`` = LM loss +
+    ``mc.lens_loss_weight`` * preference (+ the focus, content and distillation losses when weighted).
     """
     mc = cfg.mc
     b, v, w = p.batch, p.variants, scores.shape[1]
@@ -238,6 +239,8 @@ def stage2_objective(cfg, p, scores: Tensor, mask: Tensor, tail: Tensor, levels,
     kept = (~p.decoy).view(-1).to(tail.dtype) if mc.decoy_variants else None  # [R]
     lm_loss = tail.mean() if kept is None else (tail * kept).sum() / kept.sum()
     total = lm_loss + mc.lens_loss_weight * pref.loss
+    if distill is not None:  # the teacher's whole distribution on the tail (obsidian Training, "Distillation")
+        total = total + mc.distill_weight * (distill.mean() if kept is None else (distill * kept).sum() / kept.sum())
     if mc.focus_loss_weight:  # recall rows: rank the record's gist first (obsidian LensNet, "Focus loss")
         rank = focus_loss(scores.view(b, v, w), mask.view(b, v, w), p.positions.view(b, v, w), p.lods.view(b, v, w),
                           p.focus_span, block_size=mc.block_size)
