@@ -9,4 +9,12 @@ cd "$root"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 # A run-local Inductor cache keeps repeated compiles in the suite cheap.
 export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$root/.cache/inductor}"
-exec "$py" -m pytest -q "$@"
+# Test files run in parallel, one worker per core (at most 4), a file's tests in one worker (module fixtures
+# build once); MC_TEST_WORKERS=0 runs them in this process (e.g. under a debugger), -n N on the command line wins.
+workers="${MC_TEST_WORKERS:-$(nproc 2>/dev/null || echo 1)}"
+[ "$workers" -gt 4 ] && workers=4
+par=()
+if [ "$workers" -gt 1 ] && [[ " $* " != *" -n "* ]] && "$py" -c "import xdist" 2>/dev/null; then
+  par=(-n "$workers" --dist loadfile)
+fi
+exec "$py" -m pytest -q "${par[@]}" "$@"
