@@ -11,7 +11,8 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$root/.cache/inductor}"
 # Test files run in parallel, one worker per core (at most 4), a file's tests in one worker (module fixtures
 # build once); MC_TEST_WORKERS=0 runs them in this process (e.g. under a debugger), -n N on the command line wins.
-workers="${MC_TEST_WORKERS:-$(nproc 2>/dev/null || echo 1)}"
+# (os.sched_getaffinity, not nproc: nproc follows OMP_NUM_THREADS, which is 1 here)
+workers="${MC_TEST_WORKERS:-$("$py" -c 'import os; print(len(os.sched_getaffinity(0)))')}"
 [ "$workers" -gt 4 ] && workers=4
 par=()
 if [ "$workers" -gt 1 ] && [[ " $* " != *" -n "* ]] && "$py" -c "import xdist" 2>/dev/null; then
