@@ -16,6 +16,11 @@ def _fail(key: str, value: Any, allowed: str) -> None:
     raise ConfigError(f"config {key}={value!r} is invalid: {allowed}")
 
 
+def _loss_weight(key: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1e3:
+        _fail(key, value, "expected a number >= 0 (0 = off)")
+
+
 def _positive(key: str, value: Any, minimum: int = 1, note: str = "") -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         _fail(key, value, ("expected a positive integer" if minimum == 1 else f"expected an integer >= {minimum}") + note)
@@ -58,8 +63,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     if not isinstance(cfg.lensnet.query_match, bool):
         _fail("lensnet.query_match", cfg.lensnet.query_match, "expected true or false")
     w = cfg.gistnet.content_loss_weight
-    if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0.0 <= w < 1e3:
-        _fail("gistnet.content_loss_weight", w, "expected a number >= 0 (0 = off)")
+    _loss_weight("gistnet.content_loss_weight", w)
     if w and m.source == "hf":  # its head is [D, vocab]: with a 32k-150k vocabulary the targets alone are too big
         _fail("gistnet.content_loss_weight", w, "is for the built-in byte-level base only; keep 0 with model=hf")
 
@@ -76,12 +80,8 @@ def validate(cfg: RunConfig) -> RunConfig:
               f"be <= n_random_variants ({mc.n_random_variants}): both are kinds of the random variants")
     if not isinstance(mc.lens_trains_gist, bool):
         _fail("mc.lens_trains_gist", mc.lens_trains_gist, "expected true or false")
-    if isinstance(mc.focus_loss_weight, bool) or not isinstance(mc.focus_loss_weight, (int, float)) \
-            or not 0.0 <= mc.focus_loss_weight < 1e3:
-        _fail("mc.focus_loss_weight", mc.focus_loss_weight, "expected a number >= 0 (0 = off)")
-    if isinstance(mc.distill_weight, bool) or not isinstance(mc.distill_weight, (int, float)) \
-            or not 0.0 <= mc.distill_weight < 1e3:
-        _fail("mc.distill_weight", mc.distill_weight, "expected a number >= 0 (0 = off)")
+    _loss_weight("mc.focus_loss_weight", mc.focus_loss_weight)
+    _loss_weight("mc.distill_weight", mc.distill_weight)
     if mc.distill_weight and mc.history_tokens > m.max_seq_len:
         _fail("mc.distill_weight", mc.distill_weight, f"the teacher reads the whole history in one window: needs "
               f"mc.history_tokens ({mc.history_tokens}) <= model.max_seq_len ({m.max_seq_len}); set it to 0")

@@ -66,14 +66,9 @@ def oracle_refocus(ctrl: MCController, span: tuple[int, int]) -> int:
     for room. ``max_lod + 1`` iterations reach LOD0 from the coarsest level. The edit budget is
     what the budget of entries allows, not LensNet's: the oracle is the best layout, not a match
     of LensNet's edit count. Returns the edits applied."""
-    start, end = span
-    if not 0 <= start < end:
+    if not 0 <= span[0] < span[1]:
         raise ValueError(f"oracle_refocus: span must be a non-empty token range, got {span}")
-    s = ctrl.session
-    levels = s.tree.num_levels if hasattr(s.tree, "num_levels") else ctrl.cfg.mc.max_lod + 1
-    per_iteration = ctrl.cfg.allocator.inference.max_edits
-    return _iterate(ctrl, lambda sess: span_scores(sess.wc, start, end), edit_budget=10 ** 6,
-                    max_iterations=(levels + 1) * max(1, (end - start) // max(1, per_iteration) + 1))
+    return multi_span_oracle_refocus(ctrl, [span])
 
 
 def multi_span_oracle_refocus(ctrl: MCController, spans: list[tuple[int, int]]) -> int:
@@ -82,8 +77,6 @@ def multi_span_oracle_refocus(ctrl: MCController, spans: list[tuple[int, int]]) 
     the cheapest (oldest) other groups traded for room. Returns the edits applied."""
     if not spans or any(not 0 <= a < b for a, b in spans):
         raise ValueError(f"multi_span_oracle_refocus: spans must be non-empty token ranges, got {spans}")
-    if len(spans) == 1:
-        return oracle_refocus(ctrl, spans[0])
     s = ctrl.session
     levels = s.tree.num_levels if hasattr(s.tree, "num_levels") else ctrl.cfg.mc.max_lod + 1
     per_iteration = ctrl.cfg.allocator.inference.max_edits

@@ -55,10 +55,11 @@ def distill_tail_loss(logits_rwv: Tensor, lengths_r: Tensor, teacher_bqv: Tensor
                          f"teacher {tuple(teacher_bqv.shape)} do not fit recent_tokens={recent_tokens}")
     start = (lengths_r - recent_tokens).clamp(min=0)  # [R] first tail entry of each row
     idx = start.unsqueeze(1) + torch.arange(q, device=logits_rwv.device)  # [R, q]
-    student = logits_rwv.gather(1, idx.unsqueeze(-1).expand(rows, q, vocab))  # [R, q, vocab]
-    teacher = teacher_bqv.repeat_interleave(rows // b, dim=0)  # [R, q, vocab]: row r reads sequence r // V
-    kl = F.kl_div(F.log_softmax(student.float(), -1), F.log_softmax(teacher.float(), -1), log_target=True,
-                  reduction="none").sum(-1)  # [R, q]
+    student = logits_rwv.gather(1, idx.unsqueeze(-1).expand(rows, q, vocab)).view(b, rows // b, q, vocab)
+    # the teacher's log-probabilities once per sequence, broadcast over its V variant rows (no copy)
+    teacher = F.log_softmax(teacher_bqv.float(), -1).unsqueeze(1)  # [B, 1, q, vocab]
+    kl = F.kl_div(F.log_softmax(student.float(), -1), teacher.expand_as(student), log_target=True,
+                  reduction="none").sum(-1).view(rows, q)  # [R, q]
     return kl.mean(-1)
 
 
