@@ -149,6 +149,16 @@ class FocusAllocator:
             for node in [n for n, c in marks.items() if self.clock - c >= self.cfg.cooldown]:
                 del marks[node]
 
+    def mark_expanded(self, parents: Sequence[Entry], block_size: int) -> None:
+        """Record expansions made outside :meth:`apply` (the oracle's planned layout,
+        :mod:`mc.eval.oracle_layout`): the cooldown then keeps ``make_room`` off their children while the
+        session decodes, as it does for a refocus's own expansions."""
+        for lod, idx in parents:
+            if lod < 1:
+                raise ValueError(f"mark_expanded: {(lod, idx)} is an LOD0 token; only gists are expanded")
+            for j in range(block_size):
+                self._expanded_into[(lod - 1, idx * block_size + j)] = self.clock
+
     # ------------------------------------------------------------------ selection
 
     def select(self, wc: WorkingContext, scores: Tensor | Sequence[float], *, max_edits: int) -> list[Edit]:

@@ -51,7 +51,13 @@ def test_documents_hold_their_needles_and_question(task, filler):
     assert all(n.startswith("\n") and n.endswith(".\n") for n in needles)
     assert abs(doc.needle_spans[0][0] - 0.3 * (doc.question_start - sum(b - a for a, b in doc.needle_spans))) < 120
     assert text.rstrip().endswith(("is", "are", "they are:"))
+    pieces = [tok.decode(doc.ids[a:b]) for a, b in doc.answer_spans]  # what the oracle opens first
+    assert len(pieces) == len(needles)
+    for (na, nb), (aa, ab), piece in zip(doc.needle_spans, doc.answer_spans, pieces):
+        assert na <= aa < ab <= nb and piece.strip(" .:=\n").isalnum(), (piece, task)
+    assert pieces[0].strip() in ((doc.answers[0],) if task != "multivalue" else doc.answers)
     if task == "vartrack":  # the chain follows its first statement, in order
+        assert [p.strip() for p in pieces] == list(doc.answers)
         starts = [a for a, _ in doc.needle_spans]
         assert starts == sorted(starts) and f"VAR {doc.answers[1]} = VAR {doc.answers[0]}." in needles[1]
     if task == "multikey":  # the queried key's value only

@@ -50,6 +50,9 @@ class TaskDoc:
     ids: Tensor  # [length] long
     answers: tuple[str, ...]
     needle_spans: tuple[tuple[int, int], ...]  # the queried needle first
+    # per needle, the tokens inside it that spell its part of the answer (the value, the variable's name):
+    # what an oracle opens first when the budget cannot hold the whole sentence at LOD0
+    answer_spans: tuple[tuple[int, int], ...]
     question_start: int
     depth: float
     seed: int
@@ -63,8 +66,19 @@ def string_match_all(prediction: str, references: tuple[str, ...] | list[str]) -
     return sum(r.lower() in low for r in references) / len(references)
 
 
-def _needles(task: str, rng: random.Random, n_keys: int, hops: int) -> tuple[list[str], str, tuple[str, ...]]:
-    """``(needle sentences, question, references)``; the queried needle is the first sentence."""
+def _needles(task: str, rng: random.Random, n_keys: int, hops: int
+             ) -> tuple[list[str], str, tuple[str, ...], list[str]]:
+    """``(needle sentences, question, references, the answer's piece in each sentence)``; the queried needle
+    is the first sentence."""
+    sentences, question, answers = _needle_text(task, rng, n_keys, hops)
+    if task == "vartrack":  # sentence k names answer k: "VAR A = N." then "VAR B = VAR A." names B
+        return sentences, question, answers, list(answers)
+    if task == "passkey":
+        return sentences, question, answers, [answers[0]]
+    return sentences, question, answers, [s.rsplit(" ", 1)[1].rstrip(".") for s in sentences]
+
+
+def _needle_text(task: str, rng: random.Random, n_keys: int, hops: int) -> tuple[list[str], str, tuple[str, ...]]:
     if task == "passkey":
         n = rng.randint(1, 50_000)
         return ([f"The pass key is {n}. Remember it. {n} is the pass key."], "What is the pass key? The pass key is",
@@ -105,8 +119,9 @@ def make_task_doc(task: str, length: int, depth: float, seed: int, tokenizer, fi
     if n_keys < 1 or hops < 1:
         raise ValueError(f"n_keys and hops must be >= 1, got {n_keys} and {hops}")
     rng = random.Random(zlib.crc32(repr(("real_task", task, length, round(depth, 6), int(seed), n_keys, hops)).encode()))
-    sentences, question, answers = _needles(task, rng, n_keys, hops)
+    sentences, question, answers, pieces_text = _needles(task, rng, n_keys, hops)
     needle_ids = [tokenizer.encode_body("\n" + s + "\n") for s in sentences]
+    inner = [_token_range(tokenizer, ids, piece) for ids, piece in zip(needle_ids, pieces_text)]
     q_ids = tokenizer.encode_body("\n" + question)
     history = length - len(q_ids)  # tokens before the question
     filler_len = history - sum(len(n) for n in needle_ids)
@@ -135,8 +150,19 @@ def make_task_doc(task: str, length: int, depth: float, seed: int, tokenizer, fi
     ids = torch.cat([p.to(torch.long) for p in pieces])
     if ids.numel() != length:  # the arithmetic above is exact; this guards the invariant
         raise RuntimeError(f"built {ids.numel()} tokens for a {length}-token document")
-    return TaskDoc(task=task, ids=ids, answers=answers, needle_spans=tuple(spans), question_start=history,
-                   depth=depth, seed=int(seed))
+    answer_spans = tuple((a + i, a + j) for (a, _), (i, j) in zip(spans, inner))
+    return TaskDoc(task=task, ids=ids, answers=answers, needle_spans=tuple(spans), answer_spans=answer_spans,
+                   question_start=history, depth=depth, seed=int(seed))
+
+
+def _token_range(tokenizer, ids: list[int], text: str) -> tuple[int, int]:
+    """The shortest ``[i, j)`` of ``ids`` whose decoding contains ``text`` (its first occurrence); tokenizers
+    merge characters differently, so the range is found by decoding rather than by encoding ``text`` alone."""
+    end = next((j for j in range(1, len(ids) + 1) if text in tokenizer.decode(ids[:j])), None)
+    if end is None:
+        raise RuntimeError(f"the needle {tokenizer.decode(ids)!r} does not spell its answer piece {text!r}")
+    start = next(i for i in range(end - 1, -1, -1) if text in tokenizer.decode(ids[i:end]))
+    return start, end
 
 
 def filler_window(source, length: int, seed: int) -> Tensor:

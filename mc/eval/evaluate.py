@@ -157,7 +157,7 @@ def load_trained_controller(cfg: RunConfig, run_dir: str | Path, *, device: torc
 class Focus:
     """How a prefix session is refocused before scoring: ``kind`` is ``none`` (variant c),
     ``lensnet`` (d), ``random`` (e: ``n_edits`` random-score edits drawn from ``generator``) or
-    ``oracle`` (expand ``span`` to LOD0)."""
+    ``oracle`` (the best layout around ``span``: :mod:`mc.eval.oracle_layout`)."""
 
     kind: str = "none"
     n_edits: int = 0

@@ -6,13 +6,13 @@ Owns the refocus of a controller session under scores that do **not** come from 
   and cooldown), stopped after exactly as many edits as LensNet's refocus made on the same
   document. It answers "do the scores matter, or only the number of edits and the layout's
   position prior?".
-* ``oracle``: scores that single out the entries covering a known span (the needle): +1 there, 0
-  elsewhere, with as many iterations as levels, so the span is expanded down to LOD0 and room
-  is paid for by trading the cheapest (oldest) sibling groups. It is the upper bound of any focus
-  policy at the same entry budget.
+* ``oracle``: the best layout the entry budget allows around a known span (the needle), built directly
+  (:mod:`mc.eval.oracle_layout`): the needle opened to LOD0 (the answer's tokens first), then the
+  question, then the needle's neighbours, everything else as coarse as alignment allows. It is the upper
+  bound of any focus policy at the same entry budget.
 
-Both drive ``session.allocator`` directly with their own scores; neither calls GistNet or
-LensNet, so the controller's compiled boundary is untouched. LensNet's own refocus is
+``random`` drives ``session.allocator`` with its own scores, ``oracle`` sets the session's layout; neither
+calls GistNet or LensNet, so the controller's compiled boundary is untouched. LensNet's own refocus is
 ``MCController.refocus``.
 """
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from mc.controller import MCController
+from mc.eval.oracle_layout import plan_oracle_layout
 
 
 def _iterate(ctrl: MCController, scores_fn, *, edit_budget: int, max_iterations: int) -> int:
@@ -58,31 +59,36 @@ def span_scores(wc, start: int, end: int) -> torch.Tensor:
     return wc.overlap_mask(start, end)
 
 
-def oracle_refocus(ctrl: MCController, span: tuple[int, int]) -> int:
-    """Expand exactly the entries over ``span`` (the needle's tokens) down to LOD0 within the budget.
-
-    Every iteration scores the entries over the span 1 and the rest 0; the relative allocator then
-    expands them (z > 0 only there) and trades the cheapest groups (all equal: the oldest first)
-    for room. ``max_lod + 1`` iterations reach LOD0 from the coarsest level. The edit budget is
-    what the budget of entries allows, not LensNet's: the oracle is the best layout, not a match
-    of LensNet's edit count. Returns the edits applied."""
-    if not 0 <= span[0] < span[1]:
-        raise ValueError(f"oracle_refocus: span must be a non-empty token range, got {span}")
-    return multi_span_oracle_refocus(ctrl, [span])
+def oracle_refocus(ctrl: MCController, span: tuple[int, int], *, core: list[tuple[int, int]] | None = None,
+                   question: tuple[int, int] | None = None) -> int:
+    """The session's working context becomes the oracle's layout around ``span`` (the needle's tokens):
+    :func:`mc.eval.oracle_layout.plan_oracle_layout`. Returns the expansions the plan made from the coarsest
+    layout (the oracle is the best layout the budget allows, not a match of LensNet's edit count)."""
+    return multi_span_oracle_refocus(ctrl, [span], core=core, question=question)
 
 
-def multi_span_oracle_refocus(ctrl: MCController, spans: list[tuple[int, int]]) -> int:
-    """:func:`oracle_refocus` for several needles at once (a multi-value or variable-tracking document): every
-    entry over any of ``spans`` scores 1, so all of them are opened towards LOD0 as far as the budget allows,
-    the cheapest (oldest) other groups traded for room. Returns the edits applied."""
+def multi_span_oracle_refocus(ctrl: MCController, spans: list[tuple[int, int]], *,
+                              core: list[tuple[int, int]] | None = None,
+                              question: tuple[int, int] | None = None) -> int:
+    """:func:`oracle_refocus` for several needles at once (a multi-value or variable-tracking document), the
+    most important first. The plan's needle expansions get cooldown marks, as a refocus's do, so the
+    answer's own tokens, appended while decoding, make room elsewhere first. Returns the expansions made."""
     if not spans or any(not 0 <= a < b for a, b in spans):
         raise ValueError(f"multi_span_oracle_refocus: spans must be non-empty token ranges, got {spans}")
     s = ctrl.session
-    levels = s.tree.num_levels if hasattr(s.tree, "num_levels") else ctrl.cfg.mc.max_lod + 1
-    per_iteration = ctrl.cfg.allocator.inference.max_edits
-    width = sum(b - a for a, b in spans)
+    if s is None or s.wc is None:
+        raise RuntimeError("no session: call controller.begin_session(prompt_ids) first")
+    plan, protected = plan_oracle_layout(s.wc, spans, core=core or (), question=question)
+    n_expanded = _expansions(plan)
+    s.wc = plan
+    s.allocator.mark_expanded(protected, plan.block_size)
+    s.allocator.end_refocus()
+    s.tokens_since_refocus = 0
+    return n_expanded
 
-    def scores(sess) -> torch.Tensor:
-        return torch.stack([span_scores(sess.wc, a, b) for a, b in spans]).amax(0)
-    return _iterate(ctrl, scores, edit_budget=10 ** 6,
-                    max_iterations=(levels + 1) * len(spans) * max(1, width // max(1, per_iteration) + 1))
+
+def _expansions(wc) -> int:
+    """Expansions from the coarsest layout to ``wc``: every expansion adds K - 1 entries."""
+    coarse = type(wc).build(wc.num_tokens, block_size=wc.block_size, max_lod=wc.max_lod, max_entries=wc.max_entries,
+                            recent_tokens=wc.recent_tokens, fill=False)
+    return (len(wc) - len(coarse)) // (wc.block_size - 1)

@@ -12,8 +12,9 @@ query:
 * ``focused``: the same session after one LensNet refocus (``MCController.refocus``; with
   ``allocator.inference.branches > 1`` the row's ``branch`` says which path it kept);
 * ``random``: the same session after as many random-score edits as LensNet made on that document;
-* ``oracle``: the same session after expanding exactly the needle record to LOD0 (the upper
-  bound of any focus policy at this budget).
+* ``oracle``: the session's layout replaced by the best one the budget allows around the needle record
+  (the record at LOD0, then its neighbours; :mod:`mc.eval.oracle_layout`): the upper bound of any focus
+  policy at this budget.
 
 A depth is a bucket, not one token position: each document's needle starts at a depth drawn
 uniformly from ``depth +- eval.long_range.depth_jitter`` (clipped to [0, 1]; the row keeps it as

@@ -14,8 +14,9 @@ scored with RULER's ``string_match_all``, under these variants:
 * ``salience``: the refocus search of ``focused`` with a non-learned locator instead of LensNet: each
   entry's lexical overlap with the question (the question's distinct tokens found in its span,
   weighted by their rarity across entries), the BM25-like workaround users reach for;
-* ``oracle``: every needle's entries opened towards LOD0 within the budget (the layout a locator that
-  knew the answer's place would choose).
+* ``oracle``: the best layout the budget allows around the needles that answer (the answer's tokens at LOD0
+  first, then the rest of each needle, the question, the needles' neighbours; :mod:`mc.eval.oracle_layout`):
+  the layout a locator that knew the answer's place would choose.
 
 Every number comes with its compression (history tokens / entries read) and a 95% interval over
 documents (Wilson; for several references per document, over the references). The base
@@ -183,7 +184,10 @@ def _read_doc(ctrl, cfg: RunConfig, doc: TaskDoc, mult: int, depth: float, k: in
                 record = run_refocus(s, lambda sess: salience_scores(sess, question), ctrl._tail_fit)
                 edits = len(record.edits)
             elif variant == "oracle":
-                edits = multi_span_oracle_refocus(ctrl, list(doc.needle_spans))
+                # the queried needle only where one answers (multikey's others are distractors); all where all do
+                n = 1 if doc.task in SINGLE_ANSWER else len(doc.needle_spans)
+                edits = multi_span_oracle_refocus(ctrl, list(doc.needle_spans[:n]), core=list(doc.answer_spans[:n]),
+                                                  question=question)
             lod = max(needle_lod(s.wc, span) for span in doc.needle_spans)
             entries = len(s.wc)
             out = session_greedy(ctrl, n_new, eos_id=eos)
