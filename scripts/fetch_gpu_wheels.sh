@@ -7,8 +7,9 @@
 #   bash scripts/fetch_gpu_wheels.sh --verify   # only verify an existing .whl/
 #
 # The GPU image (python 3.12, torch 2.11, no network) has torch, tqdm, PyYAML, packaging, pytest,
-# hypothesis and matplotlib, but not Hydra: hydra-core, omegaconf and antlr4-python3-runtime are
-# fetched, pinned. All three are pure Python (py3-none-any): antlr4-python3-runtime 4.9.x (the
+# hypothesis, matplotlib, transformers and accelerate, but not Hydra and not gguf (which transformers needs to
+# read a GGUF base such as model=smollm2): hydra-core, omegaconf, antlr4-python3-runtime and gguf are
+# fetched, pinned. All four are pure Python (py3-none-any): antlr4-python3-runtime 4.9.x (the
 # version omegaconf 2.3 and hydra 1.3 require) exists on the index as a source release only, so
 # it is built into a wheel here. Verification installs the folder into an empty --target with no
 # index and resolves the h100 preset through Hydra from it, with a python that has no Hydra.
@@ -18,15 +19,16 @@ dest="$root/.whl"
 HYDRA_CORE=1.3.8
 OMEGACONF=2.3.1
 ANTLR4=4.9.3
+GGUF=0.19.0
 py="${PYTHON:-python3}"
 
 fetch() {
   rm -rf "$dest"
   mkdir -p "$dest"
-  echo "[wheels] downloading hydra-core==$HYDRA_CORE omegaconf==$OMEGACONF (py3-none-any, for python 3.12)"
+  echo "[wheels] downloading hydra-core==$HYDRA_CORE omegaconf==$OMEGACONF gguf==$GGUF (py3-none-any, for python 3.12)"
   "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform any \
-    -d "$dest" "hydra-core==$HYDRA_CORE" "omegaconf==$OMEGACONF"
+    -d "$dest" "hydra-core==$HYDRA_CORE" "omegaconf==$OMEGACONF" "gguf==$GGUF"
   echo "[wheels] building antlr4-python3-runtime==$ANTLR4 (source-only on the index) into a wheel"
   "$py" -m pip wheel -q --no-deps -w "$dest" "antlr4-python3-runtime==$ANTLR4"
   (cd "$dest" && sha256sum ./*.whl > SHA256SUMS)
@@ -35,8 +37,8 @@ fetch() {
 verify() {
   local n tmp
   n=$(find "$dest" -maxdepth 1 -type f -name '*.whl' | wc -l)
-  if [ "$n" -ne 3 ]; then
-    echo "[wheels] error: expected 3 wheels in $dest, found $n; run: bash scripts/fetch_gpu_wheels.sh" >&2
+  if [ "$n" -ne 4 ]; then
+    echo "[wheels] error: expected 4 wheels in $dest, found $n; run: bash scripts/fetch_gpu_wheels.sh" >&2
     exit 1
   fi
   for w in "$dest"/*.whl; do
@@ -53,8 +55,8 @@ verify() {
   PYTHONPATH="$tmp/site:$root" "$py" -s - "$tmp/site" <<'EOF'
 import sys
 site = sys.argv[1]
-import antlr4, hydra, omegaconf
-for mod in (antlr4, hydra, omegaconf):
+import antlr4, gguf, hydra, omegaconf
+for mod in (antlr4, gguf, hydra, omegaconf):
     assert mod.__file__.startswith(site), f"{mod.__name__} was imported from {mod.__file__}, not from the wheels"
 from mc.config_loading import load_config
 cfg = load_config(["preset=h100", "train.device=cpu"])

@@ -24,6 +24,19 @@ def test_presets_resolve(preset):
     assert cfg.preset == preset
 
 
+@pytest.mark.parametrize("preset", ["smollm2", "smollm2_cpu", "h100_smollm2"])
+def test_real_model_presets_resolve(preset):
+    """The SmolLM2 presets compose and pass the start-up checks (which fetch and convert the model once)."""
+    for mod in ("transformers", "gguf", "accelerate"):
+        pytest.importorskip(mod, reason="model=smollm2 needs the hf and gguf extras (scripts/setup_env.sh installs them)")
+    cfg = load_config([f"preset={preset}"])
+    assert cfg.preset == preset and cfg.model.source == "hf" and cfg.model.hf_path.startswith("pypi:")
+    assert cfg.mc.history_tokens <= cfg.model.max_seq_len  # what distillation needs: the teacher within its window
+    if preset == "h100_smollm2":
+        assert cfg.mc.max_entries == 2048 and cfg.mc.block_size == 32 and cfg.train.device == "cuda"
+        assert max(cfg.eval.tasks.multiples) * cfg.mc.max_entries >= 64 * 1024  # the suite to 64k tokens
+
+
 @pytest.mark.parametrize(
     "override, needle",
     [

@@ -64,3 +64,23 @@ def test_gpu_check_refuses_bad_use(tmp_path):
         proc = _kit("--part", "tests", "--out", str(tmp_path), timeout=120)
         assert proc.returncode == 2 and "no CUDA device" in proc.stderr
     assert not (tmp_path / "parts").exists()
+
+
+@pytest.mark.slow
+def test_smollm2_part_dry_run_trains_and_answers_the_task_suite(tmp_path):
+    """``--part smollm2`` on the CPU: SmolLM2 under the smollm2 preset for 2 stage-2 steps, the evaluation and the
+    task suite's passkey; its figures and its section of the report. (The GPU run joins the carried GGUF first:
+    tests/test_carry_model.py.)"""
+    for mod in ("transformers", "gguf", "accelerate"):
+        pytest.importorskip(mod, reason="model=smollm2 needs the hf and gguf extras (scripts/setup_env.sh installs them)")
+    out = tmp_path / "kit"
+    proc = _kit("--dry-run", "--part", "smollm2", "--out", str(out), timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    part = json.loads((out / "parts" / "smollm2.json").read_text())
+    assert part["status"] == "pass", part.get("log_tail")
+    fig = part["figures"]
+    assert fig["stage2"]["steps"] == 2 and "--preset=smollm2" == fig["preset"]
+    assert set(fig["tasks_mean_over_depths"]) == {"passkey 8x full", "passkey 8x compressed", "passkey 8x oracle"}
+    assert all(0.0 <= v <= 1.0 for v in fig["tasks_mean_over_depths"].values())
+    md = next(out.glob("*-cpu-dry-run.md")).read_text()
+    assert "## smollm2: pass" in md and "tasks_mean_over_depths" in md

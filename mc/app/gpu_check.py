@@ -12,7 +12,10 @@ first; see obsidian/Runbook.md "GPU proof"). Parts, each in a fresh process with
 * ``bench``: ``scripts/mc_bench.py``, eager vs ``default`` vs ``reduce-overhead`` (allocator LensNet
   call at every bucket, the stage-2 micro-step, the tree append);
 * ``workflow``: ``bash mc_run.sh`` end to end with few steps;
-* ``overlap``: :mod:`mc.app.host_overlap` (the host wait per micro-step, on this machine's CPU).
+* ``overlap``: :mod:`mc.app.host_overlap` (the host wait per micro-step, on this machine's CPU);
+* ``smollm2`` (only when named: ``--part smollm2``): SmolLM2-135M as the base at GPU scale, the
+  ``h100_smollm2`` preset shortened to one call, after joining the GGUF the earlier calls carried in
+  parts (:mod:`mc.app.carry_model`); n/a when the model is not on the machine.
 
 GPU: the ``h100`` preset. ``--dry-run``: the same parts on tiny shapes on the CPU (CUDA-only
 checks read n/a) into a temporary folder, never ``bench/results``. Each part writes
@@ -39,10 +42,11 @@ from typing import Sequence
 from mc.app.gpu_report import write_report
 
 ROOT = Path(__file__).resolve().parents[2]
-PARTS = ("tests", "sync", "harness", "bench", "overlap", "workflow")  # the order they run in
+PARTS = ("tests", "sync", "harness", "bench", "overlap", "workflow")  # the order they run in ("all")
+OPT_IN_PARTS = ("smollm2",)  # run only when named: the model must be carried first (obsidian Runbook)
 # Caps: a guess until a GPU run measures them (--cap PART=S overrides); each part fits one 10-minute command.
-CAPS_S = {"tests": 120, "sync": 210, "harness": 360, "bench": 480, "overlap": 30, "workflow": 360}
-DRY_CAPS_S = {"tests": 120, "sync": 120, "harness": 240, "bench": 300, "workflow": 300, "overlap": 60}
+CAPS_S = {"tests": 120, "sync": 210, "harness": 360, "bench": 480, "overlap": 30, "workflow": 360, "smollm2": 540}
+DRY_CAPS_S = {"tests": 120, "sync": 120, "harness": 240, "bench": 300, "workflow": 300, "overlap": 60, "smollm2": 300}
 MIN_USEFUL_S = 20  # a part with less time left than this is not started
 FLAGS = ["--mc_compile_lensnet=1", "--mc_compile_lensnet_inference=1", "--mc_compile_gistnet=1"]  # = mc_run.sh
 GPU_GEOMETRY = ["train.device=cuda"]  # on top of --preset h100
@@ -58,6 +62,15 @@ GPU_STEPS = ["train.stage1.steps=40", "train.stage1.warmup_steps=5", "train.stag
              "train.stage1.ckpt_every=40", "train.stage1.eval_batches=2", "train.stage2.steps=12",
              "train.stage2.warmup_steps=2", "train.stage2.eval_every=12", "train.stage2.ckpt_every=12",
              "train.stage2.eval_batches=1", "train.log_every=4", "eval.n_docs=4", "bench.enabled=false"]
+# The smollm2 part (opt-in: --part smollm2): the GPU-scale SmolLM2 preset shortened to one call, and its CPU dry run.
+GPU_SMOLLM2 = ["--preset=h100_smollm2", "train.stage2.steps=40", "train.stage2.warmup_steps=5",
+               "train.stage2.eval_every=40", "train.stage2.ckpt_every=40", "train.stage2.eval_batches=1",
+               "eval.n_docs=8", "eval.tasks.tasks=[passkey,multikey]", "eval.tasks.multiples=[2,8]",
+               "eval.tasks.n_per_cell=2", "bench.enabled=false"]
+DRY_SMOLLM2 = ["--preset=smollm2", "train.device=cpu", "train.stage2.steps=2", "train.stage2.warmup_steps=1",
+               "train.stage2.eval_every=2", "train.stage2.ckpt_every=2", "train.stage2.eval_batches=1",
+               "eval.n_docs=2", "eval.tasks.tasks=[passkey]", "eval.tasks.multiples=[8]", "eval.tasks.depths=[0.5]",
+               "eval.tasks.n_per_cell=1", "eval.tasks.variants=[full,compressed,oracle]", "bench.enabled=false"]
 DRY_STEPS = ["train.stage1.steps=3", "train.stage1.warmup_steps=1", "train.stage1.eval_every=3",
              "train.stage1.ckpt_every=3", "train.stage1.eval_batches=1", "train.stage1.batch_size=2",
              "train.stage2.steps=2", "train.stage2.warmup_steps=1", "train.stage2.eval_every=2",
@@ -216,6 +229,43 @@ class Kit:
                              "wait_p95_ms": x["wait"]["p95_ms"], "step_ms": x["step_ms"]} for x in res.get("runs", [])]}
         return dict(r, status="pass" if r["rc"] == 0 and figures["runs"] else "fail", figures=figures)
 
+    def part_smollm2(self, cap: float) -> dict:
+        """SmolLM2-135M as the frozen base at GPU scale (``--preset h100_smollm2``, shortened): the carried GGUF
+        joined into the model cache first (:mod:`mc.app.carry_model`), then stage 2, the held-out evaluation and
+        the task suite inside and past the model's window. Dry run: ``--preset smollm2`` on the CPU."""
+        from mc.app.carry_model import cached_gguf, default_spec  # noqa: PLC0415
+
+        t0, joined = time.perf_counter(), ""
+        if any((ROOT / ".carry").glob("model-*/model.json")):
+            j = run_logged(self.py("-m", "mc.app.carry_model", "join"), min(cap, 180), env=self.child_env)
+            if j["rc"] != 0:
+                return dict(j, status="fail", figures={"join": j["log_tail"][-3:]})
+            joined = (j["log_tail"] or [""])[-1]
+        if not self.dry and cached_gguf(default_spec()) is None:
+            return {"status": "n/a (SmolLM2 is not on this machine: carry it, obsidian Runbook 'GPU proof')",
+                    "seconds": 0, "figures": {}, "log_tail": []}
+        name = f"{self.name}-smollm2"
+        run_dir = (self.scratch if self.dry else ROOT) / "runs" / name
+        shutil.rmtree(run_dir, ignore_errors=True)
+        geometry = DRY_SMOLLM2 if self.dry else GPU_SMOLLM2
+        r = run_logged(["bash", "run10.sh", f"--name={name}", *geometry, f"out_dir={run_dir.parent}"],
+                       cap - (time.perf_counter() - t0), env=self.child_env)
+        ev_path, s2 = run_dir / "eval" / "eval.json", run_dir / "stage2" / "summary.json"
+        ev = json.loads(ev_path.read_text()) if ev_path.is_file() else {}
+        summary = json.loads(s2.read_text()) if s2.is_file() else {}
+        tasks: dict[str, list[float]] = {}
+        for c in (ev.get("tasks") or {}).get("cells", []):
+            tasks.setdefault(f"{c['task']} {c['multiple']}x {c['variant']}", []).append(c["score"])
+        figures = {"joined": joined, "preset": geometry[0],
+                   "stage_seconds": {m.group(1): float(m.group(2)) for ln in r["log"]
+                                     if (m := re.search(r"\[run10\] (\w+): done in ([\d.]+) s", ln))},
+                   "stage2": {k: summary.get(k) for k in ("steps", "sec_per_step", "lm_loss", "val_lm_loss")},
+                   "corpus_tail_loss": {v: round(x["mean"], 4) for v, x in
+                                        (ev.get("metrics") or {}).get("corpus_tail_loss", {}).items()},
+                   "tasks_mean_over_depths": {k: round(sum(v) / len(v), 3) for k, v in tasks.items()}}
+        ok = r["rc"] == 0 and (run_dir / "report.md").is_file() and bool(tasks)
+        return dict(r, status="pass" if ok else "fail", figures=figures)
+
     # ------------------------------------------------------------------ driver
     def run_part(self, part: str) -> dict:
         left = self.deadline - time.monotonic() - 5
@@ -239,7 +289,8 @@ class Kit:
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bash scripts/gpu_check.sh", description=__doc__.split("\n\n")[0])
     p.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU (CUDA checks n/a), into a temp folder")
-    p.add_argument("--part", default="all", help=f"comma list of {', '.join(PARTS)} (default all, in that order)")
+    p.add_argument("--part", default="all", help=f"comma list of {', '.join(PARTS + OPT_IN_PARTS)} (default all: "
+                   f"{', '.join(PARTS)}, in that order)")
     p.add_argument("--out", type=Path, default=None, help="output folder (default bench/results; dry run: a temp folder)")
     p.add_argument("--budget-min", type=float, default=25.0, help="wall-clock budget for this call (default 25)")
     p.add_argument("--cap", action="append", default=[], metavar="PART=S", help="override one part's cap (seconds)")
@@ -248,14 +299,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="bench case groups (default all; the test suite's dry run times lensnet only)")
     a = p.parse_args(argv)
     parts = list(PARTS) if a.part == "all" else [x.strip() for x in a.part.split(",") if x.strip()]
-    bad = [x for x in parts if x not in PARTS]
+    bad = [x for x in parts if x not in PARTS + OPT_IN_PARTS]
     if bad or not parts:
-        p.error(f"--part: unknown part(s) {bad or a.part!r}; parts are {', '.join(PARTS)} or all")
+        p.error(f"--part: unknown part(s) {bad or a.part!r}; parts are {', '.join(PARTS + OPT_IN_PARTS)} or all")
     caps = dict(DRY_CAPS_S if a.dry_run else CAPS_S)
     for item in a.cap:
         name, _, val = item.partition("=")
-        if name not in PARTS or not val.replace(".", "", 1).isdigit():
-            p.error(f"--cap {item!r}: expected PART=SECONDS with PART one of {', '.join(PARTS)}")
+        if name not in PARTS + OPT_IN_PARTS or not val.replace(".", "", 1).isdigit():
+            p.error(f"--cap {item!r}: expected PART=SECONDS with PART one of {', '.join(PARTS + OPT_IN_PARTS)}")
         caps[name] = float(val)
     results_dir = (ROOT / "bench" / "results").resolve()
     out = a.out or (Path(tempfile.mkdtemp(prefix="mc-gpu-check-")) if a.dry_run else results_dir)

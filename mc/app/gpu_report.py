@@ -14,7 +14,7 @@ import json
 import re
 from pathlib import Path
 
-ORDER = ("tests", "sync", "harness", "bench", "overlap", "workflow")
+ORDER = ("tests", "sync", "harness", "bench", "overlap", "workflow", "smollm2")
 
 
 def _check(parts: dict, name: str) -> dict:
