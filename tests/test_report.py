@@ -152,3 +152,22 @@ def test_report_long_range_section(tmp_path):
     assert "| focused | 50% (4), 2.0 edits, LOD0 50%, other path 25% | 50% (4), 2.0 edits, LOD0 50% |" in text
     if mc.app.plots.matplotlib_missing() is None:
         assert (tmp_path / "plots" / "long_range_passkey.png").stat().st_size > 2000
+
+
+@pytest.mark.parametrize("full_acc, nll, expect", [
+    (0.0, 2.30, "WARNING: the base did not learn the recall copy"),  # chance over ten digits (the seed-5 failure)
+    (0.06, 0.88, "NOTE: the base recalls only 6% with the whole document in view"),  # a real model's copy, weak
+    (0.94, 0.10, None),
+])
+def test_report_says_when_the_base_itself_cannot_recall(tmp_path, full_acc, nll, expect):
+    ev = _eval_json()
+    ev["metrics"]["recall_accuracy"]["full"]["mean"] = full_acc
+    ev["metrics"]["recall_answer_nll"] = {"full": {"mean": nll, "lo": nll - 0.1, "hi": nll + 0.1, "n": 4,
+                                                   "method": "normal"}}
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "eval.json").write_text(json.dumps(ev))
+    text = write_report(RunConfig(), tmp_path).read_text()
+    if expect is None:
+        assert "did not learn the recall copy" not in text and "NOTE: the base recalls only" not in text
+    else:
+        assert expect in text

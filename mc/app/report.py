@@ -26,6 +26,8 @@ from mc.io import write_text
 
 VARIANT_ORDER = ("full", "recency", "compressed", "focused", "random")
 NO_EDIT_WARN = 0.5  # warn when refocus chose no edit in more than this share of the documents
+WEAK_COPY = 0.5  # full-context exact recall below this: the recall columns cannot show what focus adds
+CHANCE_NLL = 0.9 * math.log(10)  # recall answer loss near ln 10 per digit: the base never learnt the copy
 METRIC_COLUMNS = (("corpus_tail_loss", "corpus tail loss (nats/token)", False),
                   ("recall_tail_loss", "recall-doc tail loss", False),
                   ("recall_answer_nll", "recall answer loss", False),
@@ -189,12 +191,13 @@ def _share(cells: list[dict], key: str) -> float | None:  # document-weighted me
     return sum(a * n for a, n in have) / max(1, sum(n for _, n in have)) if have else None
 
 
-def _long_range(rep: _Report, lr: dict) -> None:
-    """The long-range sweep: a table per task (variant x length, averaged over depths) and heatmaps."""
+def _long_range(rep: _Report, lr: dict, warning: str | None = None) -> None:
+    """The long-range sweep: a table per task (variant x length, averaged over depths) and heatmaps; ``warning``
+    (the base's own copy failed, :func:`base_copy_warning`) is repeated above it."""
     from mc.app.plots import plot_long_range_heatmaps  # noqa: PLC0415
     if not lr.get("cells"):
         return
-    rep.add("### Long-range sweep", "",
+    rep.add("### Long-range sweep", "", *([warning, ""] if warning else []),
             f"Base window {lr['base_window']} tokens, budget {lr['budget']} entries; compression (history / entries): "
             + ", ".join(f"{n}: {c}x" for n, c in lr.get("compression", {}).items()) + ". Exact recall per cell "
             "(documents per cell in brackets); edits/refocus beside the focused and random numbers, how often the needle "
@@ -223,6 +226,23 @@ def _long_range(rep: _Report, lr: dict) -> None:
         rep.plot(plot_long_range_heatmaps, lr, task, rep.plot_dir / f"long_range_{task}.png",
                  alt=f"long-range {task} heatmaps")
     rep.add("")
+
+
+def base_copy_warning(metrics: dict) -> str | None:
+    """A line for the report when the base itself cannot answer the recall question with the whole document in
+    view (then every variant's recall is ~0 because of the base, not of focus), else None."""
+    full = ((metrics.get("recall_accuracy") or {}).get("full") or {}).get("mean")
+    if full is None or full >= WEAK_COPY:
+        return None
+    nll = ((metrics.get("recall_answer_nll") or {}).get("full") or {}).get("mean")
+    if nll is not None and nll >= CHANCE_NLL:
+        return (f"**WARNING: the base did not learn the recall copy**: with the whole document in view it recalls "
+                f"{full:.0%} (answer loss {nll:.2f} nats/token, chance over ten digits is {math.log(10):.2f}). Every "
+                "variant's recall, here and in the long-range sweep, is ~0 for that reason, not because of focus: "
+                "train stage 1 longer or on another seed (obsidian Training, \"The learning test\").")
+    return (f"**NOTE: the base recalls only {full:.0%} with the whole document in view**"
+            + (f" (answer loss {nll:.2f} nats/token)" if nll is not None else "")
+            + ": the recall columns are bounded by the base's own copy and show little of what focus adds.")
 
 
 def _evaluation(rep: _Report) -> None:
@@ -260,6 +280,9 @@ def _evaluation(rep: _Report) -> None:
                 cell += f" ({per_task[task][v]:.1f} edits/refocus)"
             cells.append(cell)
         rep.add(f"| {v} | " + " | ".join(cells) + " |")
+    warning = base_copy_warning(metrics)
+    if warning:
+        rep.add("", warning)
     ci = ev.get("ci", {})
     rep.add("", f"Intervals: losses — {ci.get('losses', '?')}; accuracy — {ci.get('accuracy', '?')}. "
             "Lower loss is better, higher recall is better.", "")
@@ -292,7 +315,7 @@ def _evaluation(rep: _Report) -> None:
             p = d["predicted"]
             rep.add(f"| {d.get('doc')} | `{p.get('answer')}` | " + " | ".join(f"`{p.get(v, '')}`" for v in VARIANT_ORDER) + " |")
         rep.add("")
-    _long_range(rep, ev.get("long_range") or {})
+    _long_range(rep, ev.get("long_range") or {}, warning)
     from mc.eval.task_suite import to_markdown  # noqa: PLC0415 - the suite renders its own tables
     rep.add(*(["### Task suite", "", to_markdown(ev["tasks"])] if ev.get("tasks") else []))
     maps = ev.get("lod_maps", [])
