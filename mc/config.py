@@ -16,7 +16,7 @@ DATA_SOURCES = ("stdlib", "files", "recall")
 ALLOCATOR_POLICIES = ("relative", "absolute")
 POSITION_MODES = ("global", "bounded", "entries")  # mc.positions (mc/positions.py)
 LONG_TASKS = ("passkey", "multi_needle")  # mc.data.long_tasks
-LONG_RANGE_VARIANTS = ("recency", "compressed", "focused", "random", "oracle")
+LONG_RANGE_VARIANTS = ("recency", "compressed", "focused", "random", "salience", "oracle")
 TASK_SUITE_TASKS = ("passkey", "multikey", "multivalue", "vartrack")  # mc.data.real_tasks
 # full: the base over the whole history (where it fits model.max_seq_len); salience: a non-learned locator
 TASK_SUITE_VARIANTS = ("full", "recency", "compressed", "focused", "random", "salience", "oracle")
@@ -295,7 +295,7 @@ class LongRangeConfig:
     dense_n_per_cell: int = 32  # documents per cell at dense_multiples
     tasks: list[str] = field(default_factory=lambda: ["passkey", "multi_needle"])  # of mc.data.long_tasks.LONG_TASKS
     n_needles: int = 4  # records in a multi_needle document (one queried, the rest distractors)
-    variants: list[str] = field(default_factory=lambda: ["recency", "compressed", "focused", "random", "oracle"])
+    variants: list[str] = field(default_factory=lambda: list(LONG_RANGE_VARIANTS))
 
 
 @dataclass

@@ -183,8 +183,8 @@ def test_long_range_sweep_section(tmp_path):
     out = run_evaluation(validate(cfg), fake_run(tmp_path, cfg), progress=False, max_files=150)
     sec = json.loads((tmp_path / "eval" / "eval.json").read_text())["long_range"]
     assert sec["base_window"] == cfg.model.max_seq_len and sec["lengths"] == [128, 256]
-    assert sec["variants"] == ["recency", "compressed", "focused", "random", "oracle"]
-    assert len(sec["cells"]) == 2 * 2 * 2 * 5
+    assert sec["variants"] == ["recency", "compressed", "focused", "random", "salience", "oracle"]
+    assert len(sec["cells"]) == 2 * 2 * 2 * 6
     for c in sec["cells"]:
         assert {"task", "length", "depth", "variant", "accuracy", "n"} <= set(c) and c["n"] == 1
         assert c["task"] in ("passkey", "multi_needle") and 0.0 <= c["accuracy"] <= 1.0
@@ -196,7 +196,8 @@ def test_long_range_sweep_section(tmp_path):
         if r["depth"] < 0.5:  # an early needle sits inside a gist of the compressed layout
             assert r["edits"]["oracle"] >= 1, r
             assert r["needle_lod"]["compressed"] >= 1, r
-        assert set(r["needle_lod"]) == {"compressed", "focused", "random", "oracle"}
+        assert set(r["needle_lod"]) == {"compressed", "focused", "random", "salience", "oracle"}
+        assert r["edits"]["salience"] >= 0
         assert r["needle_lod"]["oracle"] == 0, r  # the oracle brings the needle to full detail
         assert r["branch"] == 0  # one branch (the default): LensNet's own path
     assert all((c["other_branch"] == 0.0) if c["variant"] == "focused" else (c["other_branch"] is None)

@@ -17,7 +17,8 @@ from mc.config_loading import load_config
 from mc.data.loader import make_source
 from mc.data.real_tasks import REAL_TASKS, filler_window, make_task_doc, string_match_all
 from mc.data.tokenizer import ByteTokenizer
-from mc.eval.task_suite import plain_greedy, run_task_suite, salience_scores, to_markdown
+from mc.eval.focus_policies import salience_scores
+from mc.eval.task_suite import plain_greedy, run_task_suite, to_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = TINY + ["model.max_seq_len=1024", "mc.max_lod=3", "eval.tasks.multiples=[16]", "eval.tasks.depths=[0.2,0.8]",

@@ -1,4 +1,4 @@
-"""Focus policies the evaluation compares with LensNet: a random control and an oracle.
+"""Focus policies the evaluation compares with LensNet: a random control, a salience locator and an oracle.
 
 Owns the refocus of a controller session under scores that do **not** come from LensNet:
 
@@ -6,6 +6,9 @@ Owns the refocus of a controller session under scores that do **not** come from 
   and cooldown), stopped after exactly as many edits as LensNet's refocus made on the same
   document. It answers "do the scores matter, or only the number of edits and the layout's
   position prior?".
+* ``salience``: a non-learned locator for LensNet's own refocus search (:func:`salience_scores`): each
+  entry's lexical overlap with the question, the BM25-like workaround users of compressed contexts reach
+  for. The baseline LensNet must beat: same search, same budget, no learning.
 * ``oracle``: the best layout the entry budget allows around a known span (the needle), built directly
   (:mod:`mc.eval.oracle_layout`): the needle opened to LOD0 (the answer's tokens first), then the
   question, then the needle's neighbours, everything else as coarse as alignment allows. It is the upper
@@ -18,6 +21,7 @@ calls GistNet or LensNet, so the controller's compiled boundary is untouched. Le
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
 from mc.controller import MCController
 from mc.eval.oracle_layout import plan_oracle_layout
@@ -92,3 +96,35 @@ def _expansions(wc) -> int:
     coarse = type(wc).build(wc.num_tokens, block_size=wc.block_size, max_lod=wc.max_lod, max_entries=wc.max_entries,
                             recent_tokens=wc.recent_tokens, fill=False)
     return (len(wc) - len(coarse)) // (wc.block_size - 1)
+
+
+def salience_scores(s, question: tuple[int, int]) -> Tensor:
+    """``[len(wc)]`` in [-1, 1]: each entry's lexical overlap with the question (tokens ``question`` of the
+    history): the sum over the question's distinct tokens found in the entry's span of their inverse document
+    frequency across entries, scaled so the best entry is 1 and no overlap is -1. Entries at or after the
+    question's start score 0 (they are the question itself)."""
+    hist = s.history()  # [n]
+    q = torch.unique(hist[question[0]:question[1]])  # [Q]
+    wc = s.wc
+    spans = torch.tensor([wc.span(i) for i in range(len(wc))], dtype=torch.long)  # [E, 2]
+    counts = torch.cat([torch.zeros(1, len(q), dtype=torch.long), torch.cumsum(hist[:, None] == q[None], 0)])  # [n+1, Q]
+    present = ((counts[spans[:, 1]] - counts[spans[:, 0]]) > 0).float()  # [E, Q]
+    before = (spans[:, 1] <= question[0]).float()  # [E]
+    present = present * before[:, None]
+    df = present.sum(0)  # [Q]
+    idf = torch.log((before.sum() + 1.0) / (df + 0.5)).clamp_min(0.0)
+    raw = present @ idf  # [E]
+    top = float(raw.max())
+    if top <= 0.0:
+        return torch.zeros(len(wc))
+    return torch.where(before > 0, 2.0 * raw / top - 1.0, torch.zeros_like(raw))
+
+
+def salience_refocus(ctrl: MCController, question: tuple[int, int]) -> int:
+    """One refocus of the session with the run's own search, budget and rules, :func:`salience_scores` in
+    place of LensNet's scores. Returns the edits applied."""
+    from mc.refocus import run_refocus  # noqa: PLC0415 - mc.refocus needs the session machinery, loaded on use
+
+    if ctrl.session is None:
+        raise RuntimeError("no session: call controller.begin_session(prompt_ids) first")
+    return len(run_refocus(ctrl.session, lambda sess: salience_scores(sess, question), ctrl._tail_fit).edits)

@@ -12,6 +12,9 @@ query:
 * ``focused``: the same session after one LensNet refocus (``MCController.refocus``; with
   ``allocator.inference.branches > 1`` the row's ``branch`` says which path it kept);
 * ``random``: the same session after as many random-score edits as LensNet made on that document;
+* ``salience``: the same session after the refocus search of ``focused`` with a non-learned locator in place of
+  LensNet (:func:`mc.eval.focus_policies.salience_scores`: each entry's lexical overlap with the query), the
+  baseline LensNet must beat;
 * ``oracle``: the session's layout replaced by the best one the budget allows around the needle record
   (the record at LOD0, then its neighbours; :mod:`mc.eval.oracle_layout`): the upper bound of any focus
   policy at this budget.
@@ -41,7 +44,7 @@ from mc.controller import MCController
 from mc.data.hf_tokenizer import tokenizer_for
 from mc.data.long_tasks import make_long_doc
 from mc.eval.baselines import lod0_answer
-from mc.eval.focus_policies import oracle_refocus, random_refocus, span_scores
+from mc.eval.focus_policies import oracle_refocus, random_refocus, salience_refocus, span_scores
 from mc.eval.stats import proportion_ci
 
 SEED_OFFSET = 1_000_000  # sweep documents never share a seed with training or the main evaluation
@@ -54,16 +57,18 @@ def needle_lod(wc, span: tuple[int, int]) -> int:
 
 @torch.no_grad()
 def _answer(ctrl: MCController, start: tuple, answer: Tensor, variant: str, n_edits: int,
-            span: tuple[int, int], generator: torch.Generator) -> tuple[bool, int, int]:
+            span: tuple[int, int], generator: torch.Generator, query: tuple[int, int]) -> tuple[bool, int, int]:
     """Greedy answer of one session variant: ``(exact, edits, needle LOD after the refocus)``, from the
     controller's session over the prompt restored to ``start`` (its snapshot). ``n_edits`` is LensNet's
-    count (random)."""
+    count (random); ``query`` the prompt's query tokens (salience)."""
     s = ctrl.session
     s.restore(start)
     if variant == "focused":
         edits = len(ctrl.refocus().edits)
     elif variant == "random":
         edits = random_refocus(ctrl, n_edits, generator)
+    elif variant == "salience":
+        edits = salience_refocus(ctrl, query)
     elif variant == "oracle":
         edits = oracle_refocus(ctrl, span)
     else:
@@ -138,7 +143,7 @@ def run_long_range(ctrl: MCController, cfg: RunConfig, *, progress: bool = False
                 start = ctrl.begin_session(doc.ids[:-rc.value_len]).snapshot()
             gen = torch.Generator().manual_seed(SEED_OFFSET + k)
             exact, edits, lod = _answer(ctrl, start, doc.ids[-rc.value_len:], variant, lensnet_edits,
-                                        doc.queried_span, gen)
+                                        doc.queried_span, gen, (doc.query_start, doc.ids.numel() - rc.value_len))
             if variant == "focused":
                 lensnet_edits = edits
                 row["branch"] = ctrl.session.refocus_log[-1].branch  # 0: LensNet's own path (allocator.inference.branches)

@@ -33,7 +33,7 @@ from torch import Tensor
 
 from mc.config import TASK_SUITE_VARIANTS, RunConfig
 from mc.data.real_tasks import ANSWER_TOKENS, TaskDoc, filler_window, make_task_doc, string_match_all
-from mc.eval.focus_policies import multi_span_oracle_refocus, random_refocus
+from mc.eval.focus_policies import multi_span_oracle_refocus, random_refocus, salience_refocus
 from mc.eval.long_range import needle_depth, needle_lod, run_long_range
 from mc.eval.stats import proportion_ci
 from mc.kv_cache import KVCache
@@ -85,28 +85,6 @@ def session_greedy(ctrl, n_new: int, *, eos_id: int | None = None) -> list[int]:
     return out
 
 
-def salience_scores(s, question: tuple[int, int]) -> Tensor:
-    """``[len(wc)]`` in [-1, 1]: each entry's lexical overlap with the question (tokens ``question`` of the
-    history): the sum over the question's distinct tokens found in the entry's span of their inverse document
-    frequency across entries, scaled so the best entry is 1 and no overlap is -1. Entries at or after the
-    question's start score 0 (they are the question itself)."""
-    hist = s.history()  # [n]
-    q = torch.unique(hist[question[0]:question[1]])  # [Q]
-    wc = s.wc
-    spans = torch.tensor([wc.span(i) for i in range(len(wc))], dtype=torch.long)  # [E, 2]
-    counts = torch.cat([torch.zeros(1, len(q), dtype=torch.long), torch.cumsum(hist[:, None] == q[None], 0)])  # [n+1, Q]
-    present = ((counts[spans[:, 1]] - counts[spans[:, 0]]) > 0).float()  # [E, Q]
-    before = (spans[:, 1] <= question[0]).float()  # [E]
-    present = present * before[:, None]
-    df = present.sum(0)  # [Q]
-    idf = torch.log((before.sum() + 1.0) / (df + 0.5)).clamp_min(0.0)
-    raw = present @ idf  # [E]
-    top = float(raw.max())
-    if top <= 0.0:
-        return torch.zeros(len(wc))
-    return torch.where(before > 0, 2.0 * raw / top - 1.0, torch.zeros_like(raw))
-
-
 def run_sweeps(ctrl, cfg: RunConfig, *, progress: bool = False) -> dict:
     """The evaluation's optional sweeps: ``long_range`` (:mod:`mc.eval.long_range`) and ``tasks`` (this
     module), each only when configured (``eval.long_range.multiples``, ``eval.tasks.tasks``)."""
@@ -123,8 +101,6 @@ def run_task_suite(ctrl, cfg: RunConfig, *, progress: bool = False, source=None)
     corpus source (default: the held-out split of the run's corpus, tokenized by its tokenizer)."""
     from mc.data.hf_tokenizer import tokenizer_for  # noqa: PLC0415
     from mc.data.loader import make_source  # noqa: PLC0415
-    from mc.refocus import run_refocus  # noqa: PLC0415
-
     ts = cfg.eval.tasks
     if not ts.tasks:
         return {}
@@ -144,7 +120,7 @@ def run_task_suite(ctrl, cfg: RunConfig, *, progress: bool = False, source=None)
         cell_seed = zlib.crc32(repr((task, length, round(depth, 6), seed)).encode())
         doc = make_task_doc(task, length, needle_depth(depth, ts.depth_jitter, seed), seed, tok,
                             filler_window(source, length, cell_seed), n_keys=ts.n_keys, hops=ts.hops)
-        rows.append(_read_doc(ctrl, cfg, doc, mult, depth, k, variants, tok, window, run_refocus))
+        rows.append(_read_doc(ctrl, cfg, doc, mult, depth, k, variants, tok, window))
         bar.update(1)
     bar.close()
     return {"budget": budget, "base_window": window, "tasks": list(ts.tasks), "multiples": list(ts.multiples),
@@ -154,8 +130,9 @@ def run_task_suite(ctrl, cfg: RunConfig, *, progress: bool = False, source=None)
 
 
 def _read_doc(ctrl, cfg: RunConfig, doc: TaskDoc, mult: int, depth: float, k: int, variants: list[str], tok,
-              window: int, run_refocus) -> dict:
-    """One document through every variant: its row (score, answer text, entries read, edits, needle LOD)."""
+              window: int) -> dict:
+    """One document through every variant: its row (score, answer text, entries read, edits, and the LOD of the
+    needles that answer: the queried one for passkey and multikey, every one for multivalue and vartrack)."""
     n_new = ANSWER_TOKENS[doc.task]
     budget = cfg.mc.max_entries
     eos = getattr(tok, "eos_id", None)
@@ -164,6 +141,8 @@ def _read_doc(ctrl, cfg: RunConfig, doc: TaskDoc, mult: int, depth: float, k: in
            "entries": {}, "edits": {}, "needle_lod": {}}
     start, lens_edits = None, 0
     question = (doc.question_start, int(doc.ids.numel()))
+    n_answering = 1 if doc.task in SINGLE_ANSWER else len(doc.needle_spans)  # multikey's others are distractors
+    answering, cores = list(doc.needle_spans[:n_answering]), list(doc.answer_spans[:n_answering])
     for variant in variants:
         edits, lod = 0, None
         if variant in ("full", "recency"):
@@ -181,14 +160,10 @@ def _read_doc(ctrl, cfg: RunConfig, doc: TaskDoc, mult: int, depth: float, k: in
             elif variant == "random":
                 edits = random_refocus(ctrl, lens_edits, torch.Generator().manual_seed(SEED_OFFSET + k))
             elif variant == "salience":
-                record = run_refocus(s, lambda sess: salience_scores(sess, question), ctrl._tail_fit)
-                edits = len(record.edits)
+                edits = salience_refocus(ctrl, question)
             elif variant == "oracle":
-                # the queried needle only where one answers (multikey's others are distractors); all where all do
-                n = 1 if doc.task in SINGLE_ANSWER else len(doc.needle_spans)
-                edits = multi_span_oracle_refocus(ctrl, list(doc.needle_spans[:n]), core=list(doc.answer_spans[:n]),
-                                                  question=question)
-            lod = max(needle_lod(s.wc, span) for span in doc.needle_spans)
+                edits = multi_span_oracle_refocus(ctrl, answering, core=cores, question=question)
+            lod = max(needle_lod(s.wc, span) for span in answering)
             entries = len(s.wc)
             out = session_greedy(ctrl, n_new, eos_id=eos)
         text = tok.decode(out)
