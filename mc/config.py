@@ -8,7 +8,7 @@ key, the value and what is allowed, so a bad value stops a run at start-up rathe
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any
+from typing import Any, Optional
 
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cudagraphs")
 FREEZE_MODES = ("fail", "warn", "off")
@@ -320,6 +320,9 @@ class EvalConfig:
     tail_tokens: int = 64  # next-token loss is measured over this document tail
     long_range: LongRangeConfig = field(default_factory=LongRangeConfig)  # the sweep past the window (off by default)
     tasks: TaskSuiteConfig = field(default_factory=TaskSuiteConfig)  # real-text tasks for any tokenizer (off by default)
+    # The documents' draw (mc.eval.draws): None = a fresh draw per evaluation from run10.sh / mc_eval.py (written to
+    # eval.json and the report), train.seed's from library calls; N = exactly the documents of draw N again.
+    draw_seed: Optional[int] = None
 
 
 @dataclass

@@ -205,6 +205,9 @@ def validate(cfg: RunConfig) -> RunConfig:
         _positive(f"eval.{k}", getattr(e, k))
     if e.tail_tokens > mc.recent_tokens:
         _fail("eval.tail_tokens", e.tail_tokens, f"must be <= mc.recent_tokens ({mc.recent_tokens}) so the tail is LOD0")
+    if e.draw_seed is not None and (not isinstance(e.draw_seed, int) or isinstance(e.draw_seed, bool)
+                                    or not 0 <= e.draw_seed < 2 ** 31):
+        _fail("eval.draw_seed", e.draw_seed, "expected null (a fresh draw per evaluation) or an integer in [0, 2^31)")
     lr = e.long_range
     if any(isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in lr.multiples):
         _fail("eval.long_range.multiples", list(lr.multiples), "expected positive integers (multiples of model.max_seq_len)")

@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from mc.app.bench import apply_overrides, bench_config  # noqa: E402  (config helpers shared with the benchmark)
 from mc.app.run_lock import RunLock  # noqa: E402
 from mc.config import ConfigError, RunConfig, from_dict  # noqa: E402
+from mc.eval.draws import fresh_draw  # noqa: E402
 from mc.eval.evaluate import VARIANTS, run_evaluation  # noqa: E402
 from mc.eval.stats import fmt_ci  # noqa: E402
 from mc.io import describe_os_error  # noqa: E402
@@ -73,7 +74,7 @@ def main(argv=None) -> int:
                 raise EvalInputError(f"--tasks {args.tasks!r} names no task; give one or more of passkey, multikey, "
                                      "multivalue, vartrack")
             overrides.append(f"eval.tasks.tasks={json.dumps(names)}")  # JSON: both override parsers read it
-        cfg = load_eval_config(args.run_dir, overrides)
+        cfg = fresh_draw(load_eval_config(args.run_dir, overrides))  # a new document draw unless eval.draw_seed=N
         with RunLock(args.run_dir):  # it writes eval/ and report.md: not while a workflow runs there
             _evaluate(args, cfg)
     except (EvalInputError, ConfigError, CheckpointError) as exc:  # RunFolderBusy is a ConfigError

@@ -249,3 +249,26 @@ def test_focused_label_states_the_edit_budget():
     assert "<= 12 in all" in _variant_labels(cfg)["focused"]
     inf.edit_budget = 5
     assert "<= 5 in all" in _variant_labels(cfg)["focused"]
+
+
+def test_evaluation_draws(tmp_path):
+    """eval.draw_seed picks the documents: unset reads the documents seeded by train.seed (what evaluations always
+    read), N reads draw N's, the entry points draw a fresh N (recorded), and bad values stop at start-up."""
+    from mc.config_checks import ConfigError
+    from mc.eval.draws import DRAW_RANGE, draw_seed, fresh_draw
+    from mc.eval.evaluate import recall_eval_docs
+
+    cfg = tiny_cfg()
+    assert cfg.eval.draw_seed is None and draw_seed(cfg) == cfg.train.seed
+    unset = [d.ids for d in recall_eval_docs(cfg, 2, 128)]
+    drawn = fresh_draw(cfg)
+    assert cfg.eval.draw_seed is None, "the caller's config is not changed"
+    assert 0 <= drawn.eval.draw_seed < DRAW_RANGE and fresh_draw(drawn) is drawn
+    again = [d.ids for d in recall_eval_docs(drawn, 2, 128)]
+    assert [d.ids.tolist() for d in recall_eval_docs(drawn, 2, 128)] == [x.tolist() for x in again]
+    assert any(a.tolist() != b.tolist() for a, b in zip(unset, again)), "another draw, other documents"
+    for bad in (-1, 2 ** 31, True):
+        c = tiny_cfg()
+        c.eval.draw_seed = bad
+        with pytest.raises(ConfigError, match="eval.draw_seed"):
+            validate(c)

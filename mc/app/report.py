@@ -257,7 +257,10 @@ def _evaluation(rep: _Report) -> None:
     rep.add(f"Budget **{ev.get('budget')} entries**; {docs.get('n_corpus', '?')} corpus + {docs.get('n_recall', '?')} "
             f"recall documents of {s.get('doc_tokens')} tokens; tail loss over the last {s.get('tail_tokens')} tokens; "
             f"recall answers of {s.get('value_len')} tokens. Preset `{ev.get('preset')}`, device `{ev.get('device')}`, "
-            f"torch {ev.get('torch')}, {ev.get('created')} ({ev.get('seconds')} s).", "")
+            f"torch {ev.get('torch')}, {ev.get('created')} ({ev.get('seconds')} s)."
+            + (f" Documents of draw {s['draw_seed']} (`eval.draw_seed={s['draw_seed']}` reads them again)."
+               if s.get("draw_seed_set") else " Documents of the default draw (eval.draw_seed unset: seeded by "
+               "train.seed)." if "draw_seed" in s else ""), "")
     if docs.get("corpus"):
         rep.add(f"Corpus documents: {docs['corpus']}.", "")
     labels = ev.get("variants", {})

@@ -75,9 +75,10 @@ def run_stage2(cfg: RunConfig, run_dir: Path) -> dict:
 
 
 def run_eval(cfg: RunConfig, run_dir: Path) -> dict:
+    from mc.eval.draws import fresh_draw  # noqa: PLC0415
     from mc.eval.evaluate import run_evaluation  # noqa: PLC0415
 
-    return run_evaluation(cfg, run_dir, progress=_progress())
+    return run_evaluation(fresh_draw(cfg), run_dir, progress=_progress())  # a new draw per run (eval.draw_seed)
 
 
 def run_bench_stage(cfg: RunConfig, run_dir: Path) -> dict:

@@ -47,6 +47,7 @@ from mc.controller import MCController
 from mc.data.hf_tokenizer import tokenizer_for
 from mc.data.split import VAL_SEED_OFFSET
 from mc.eval.baselines import lod0_answer, lod0_tail_loss
+from mc.eval.draws import draw_seed, recall_doc_index
 from mc.eval.focus_policies import oracle_refocus, random_refocus
 from mc.eval.task_suite import run_sweeps
 from mc.eval.stats import mean_ci, paired_diff_ci, proportion_ci
@@ -80,7 +81,7 @@ def corpus_eval_docs(cfg: RunConfig, n: int, doc_tokens: int, *, max_files: int 
     src = make_source(cfg.data, "val", max_files=max_files, tokenizer=tokenizer_for(cfg.model))
     docs = src.docs
     long_ = [i for i in range(len(docs)) if docs.num_tokens(i) >= doc_tokens]
-    g = torch.Generator().manual_seed(cfg.train.seed + VAL_SEED_OFFSET)
+    g = torch.Generator().manual_seed(draw_seed(cfg) + VAL_SEED_OFFSET)
     order = torch.randperm(len(long_), generator=g).tolist()
     out = []
     for j in order:
@@ -105,7 +106,7 @@ def recall_eval_docs(cfg: RunConfig, n: int, doc_tokens: int) -> list[EvalDoc]:
     from mc.data.loader import RecallSource  # noqa: PLC0415
 
     src = RecallSource(cfg.data.recall, "val", tokenizer_for(cfg.model))
-    docs = [src.doc(k, seq_len=doc_tokens) for k in range(n)]
+    docs = [src.doc(recall_doc_index(cfg, k), seq_len=doc_tokens) for k in range(n)]
     return [EvalDoc("recall", f"recall:val#{k}", d.ids, d) for k, d in enumerate(docs)]
 
 
@@ -186,7 +187,7 @@ def _prefix_session(ctrl: MCController, prefix: Tensor, *, focus: Focus) -> tupl
 def _random_focus(cfg: RunConfig, doc_name: str, n_edits: int) -> Focus:
     """The random control for one document: seeded by the run seed and the document, so the same
     document gets the same random edits in every variant that needs them."""
-    seed = (cfg.train.seed * 1_000_003 + sum(map(ord, doc_name))) % (2 ** 31)
+    seed = (draw_seed(cfg) * 1_000_003 + sum(map(ord, doc_name))) % (2 ** 31)
     return Focus("random", n_edits=n_edits, generator=torch.Generator().manual_seed(seed))
 
 
@@ -384,6 +385,7 @@ def run_evaluation(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True
         "budget": cfg.mc.max_entries,
         "settings": {"n_docs": ev.n_docs, "doc_tokens": ev.doc_tokens, "tail_tokens": ev.tail_tokens,
                      "value_len": cfg.data.recall.value_len, "max_seq_len": cfg.model.max_seq_len,
+                     "draw_seed": draw_seed(cfg), "draw_seed_set": cfg.eval.draw_seed is not None,
                      "refocus": to_dict(cfg.allocator), "compile_inference": {
                          "lensnet": ecfg.compile.lensnet.inference, "gistnet": ecfg.compile.gistnet.inference}},
         "ci": {"losses": "mean with a normal-approximation 95% interval over documents (sd ddof=1)",

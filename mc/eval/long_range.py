@@ -44,6 +44,7 @@ from mc.controller import MCController
 from mc.data.hf_tokenizer import tokenizer_for
 from mc.data.long_tasks import make_long_doc
 from mc.eval.baselines import lod0_answer
+from mc.eval.draws import draw_seed
 from mc.eval.focus_policies import oracle_refocus, random_refocus, salience_refocus, span_scores
 from mc.eval.stats import proportion_ci
 
@@ -126,7 +127,7 @@ def run_long_range(ctrl: MCController, cfg: RunConfig, *, progress: bool = False
         if length <= budget:
             raise ValueError(f"long-range length {length} is not longer than the budget mc.max_entries={budget}; "
                              "raise eval.long_range.multiples")
-        seed = SEED_OFFSET + cfg.train.seed * 10_000 + k
+        seed = SEED_OFFSET + draw_seed(cfg) * 10_000 + k
         doc_depth = needle_depth(depth, lr.depth_jitter, seed)
         doc = make_long_doc(task, length, doc_depth, seed, key_len=rc.key_len, value_len=rc.value_len,
                             n_needles=lr.n_needles, tokenizer=tok)
@@ -172,6 +173,7 @@ def run_long_range(ctrl: MCController, cfg: RunConfig, *, progress: bool = False
                                   "other_branch": (sum(r["branch"] > 0 for r in sel) / len(sel))
                                   if variant == "focused" and sel else None})
     return {"base_window": cfg.model.max_seq_len, "budget": budget, "lengths": long_range_lengths(cfg),
+            "draw_seed": draw_seed(cfg),
             "depths": list(lr.depths), "depth_jitter": lr.depth_jitter, "tasks": list(lr.tasks), "variants": variants,
             "compression": {str(n): round(n / budget, 2) for n in long_range_lengths(cfg)},
             "seconds": round(time.time() - t0, 2), "cells": cells, "rows": rows}

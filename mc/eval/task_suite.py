@@ -33,6 +33,7 @@ from torch import Tensor
 
 from mc.config import TASK_SUITE_VARIANTS, RunConfig
 from mc.data.real_tasks import ANSWER_TOKENS, TaskDoc, filler_window, make_task_doc, string_match_all
+from mc.eval.draws import draw_seed
 from mc.eval.focus_policies import multi_span_oracle_refocus, random_refocus, salience_refocus
 from mc.eval.long_range import needle_depth, needle_lod, run_long_range
 from mc.eval.stats import proportion_ci
@@ -116,7 +117,7 @@ def run_task_suite(ctrl, cfg: RunConfig, *, progress: bool = False, source=None)
     t0, rows = time.time(), []
     for task, mult, depth, k in combos:
         length = mult * budget
-        seed = SEED_OFFSET + cfg.train.seed * 10_000 + k
+        seed = SEED_OFFSET + draw_seed(cfg) * 10_000 + k
         cell_seed = zlib.crc32(repr((task, length, round(depth, 6), seed)).encode())
         doc = make_task_doc(task, length, needle_depth(depth, ts.depth_jitter, seed), seed, tok,
                             filler_window(source, length, cell_seed), n_keys=ts.n_keys, hops=ts.hops)
@@ -126,6 +127,7 @@ def run_task_suite(ctrl, cfg: RunConfig, *, progress: bool = False, source=None)
     return {"budget": budget, "base_window": window, "tasks": list(ts.tasks), "multiples": list(ts.multiples),
             "lengths": [m * budget for m in ts.multiples], "depths": list(ts.depths), "variants": variants,
             "depth_jitter": ts.depth_jitter, "n_per_cell": ts.n_per_cell, "seconds": round(time.time() - t0, 2),
+            "draw_seed": draw_seed(cfg),
             "cells": _cells(rows, ts, variants, budget), "rows": rows}
 
 
@@ -212,7 +214,8 @@ def to_markdown(res: dict) -> str:
         return ""
     lines = [f"Task suite: budget W = {res['budget']} entries, base window {res['base_window']} tokens, "
              f"{res['n_per_cell']} documents per cell (depth buckets +- {res['depth_jitter']}), greedy decoding "
-             f"scored by string_match_all; {res['seconds']} s. Each cell: score [95% interval] (compression).", ""]
+             f"scored by string_match_all; {res['seconds']} s. Each cell: score [95% interval] (compression)."
+             + (f" Documents seeded by draw {res['draw_seed']}." if res.get("draw_seed") is not None else ""), ""]
     by = {(c["task"], c["multiple"], c["depth"], c["variant"]): c for c in res["cells"]}
     cols = [(m, d) for m in res["multiples"] for d in res["depths"]]
     for task in res["tasks"]:
