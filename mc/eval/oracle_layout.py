@@ -79,11 +79,12 @@ def plan_oracle_layout(wc: WorkingContext, spans: Sequence[Span], *, core: Seque
     plan = WorkingContext.build(wc.num_tokens, block_size=wc.block_size, max_lod=wc.max_lod,
                                 max_entries=wc.max_entries, recent_tokens=wc.recent_tokens, fill=False)
     protected: list[tuple[int, int]] = []
+    starts = plan.starts()  # ascending (the entries tile the history in time order); redone after each expansion
 
     def open_token(t: int, protect: bool) -> bool:
         """Expand the entry over token ``t`` until it is LOD0; False when the budget refuses an expansion."""
+        nonlocal starts
         while True:
-            starts = plan.starts()  # ascending: the entries tile the history in time order
             i = bisect_right(starts, t) - 1
             lod, idx = plan[i]
             if lod == 0:
@@ -91,6 +92,7 @@ def plan_oracle_layout(wc: WorkingContext, spans: Sequence[Span], *, core: Seque
             if plan.check_expand(i) is not None:
                 return False
             plan.expand(i)
+            starts = plan.starts()
             if protect:
                 protected.append((lod, idx))
 
