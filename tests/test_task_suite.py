@@ -106,6 +106,9 @@ def test_sweep_runs_every_variant(filler):
         assert all(row["entries"][v] <= 32 for v in ("compressed", "focused", "salience", "oracle"))
         assert row["edits"]["random"] <= row["edits"]["focused"]
         assert row["needle_lod"]["oracle"] <= row["needle_lod"]["compressed"]  # the oracle opens the needles
+        # the answer's own tokens: never coarser than the needle around them, opened first by the oracle
+        assert row["answer_lod"]["oracle"] <= min(row["needle_lod"]["oracle"], row["answer_lod"]["compressed"])
+        assert row["answer_lod"]["full"] is None and row["answer_lod"]["recency"] is None  # no session there
     cells = {(c["task"], c["depth"], c["variant"]): c for c in res["cells"]}
     assert cells[("passkey", 0.2, "full")]["compression"] == 1.0
     assert cells[("passkey", 0.2, "recency")]["compression"] == 16.0

@@ -140,13 +140,13 @@ def _read_doc(ctrl, cfg: RunConfig, doc: TaskDoc, mult: int, depth: float, k: in
     eos = getattr(tok, "eos_id", None)
     row = {"task": doc.task, "multiple": mult, "length": int(doc.ids.numel()), "depth": depth,
            "needle_depth": round(doc.depth, 6), "doc": k, "answers": list(doc.answers), "score": {}, "text": {},
-           "entries": {}, "edits": {}, "needle_lod": {}}
+           "entries": {}, "edits": {}, "needle_lod": {}, "answer_lod": {}}
     start, lens_edits = None, 0
     question = (doc.question_start, int(doc.ids.numel()))
     n_answering = 1 if doc.task in SINGLE_ANSWER else len(doc.needle_spans)  # multikey's others are distractors
     answering, cores = list(doc.needle_spans[:n_answering]), list(doc.answer_spans[:n_answering])
     for variant in variants:
-        edits, lod = 0, None
+        edits, lod, answer_lod = 0, None, None
         if variant in ("full", "recency"):
             ids = doc.ids if variant == "full" else doc.ids[-budget:]
             if variant == "full" and doc.ids.numel() + n_new > window:
@@ -166,12 +166,14 @@ def _read_doc(ctrl, cfg: RunConfig, doc: TaskDoc, mult: int, depth: float, k: in
             elif variant == "oracle":
                 edits = multi_span_oracle_refocus(ctrl, answering, core=cores, question=question)
             lod = max(needle_lod(s.wc, span) for span in answering)
+            answer_lod = max(needle_lod(s.wc, span) for span in cores)  # the answer's own tokens inside them
             entries = len(s.wc)
             out = session_greedy(ctrl, n_new, eos_id=eos)
         text = tok.decode(out)
         row["score"][variant] = string_match_all(text, doc.answers)
         row["text"][variant] = text[:200]
         row["entries"][variant], row["edits"][variant], row["needle_lod"][variant] = entries, edits, lod
+        row["answer_lod"][variant] = answer_lod
     return row
 
 
@@ -199,10 +201,12 @@ def _cells(rows: list[dict], ts, variants: list[str], budget: int) -> list[dict]
                     ci = _score_ci(scores, len(sel[0]["answers"]), single=task in SINGLE_ANSWER)
                     read = [r["entries"][variant] for r in sel if variant in r["entries"]]
                     lods = [r["needle_lod"][variant] for r in sel if r["needle_lod"].get(variant) is not None]
+                    alods = [r["answer_lod"][variant] for r in sel if r.get("answer_lod", {}).get(variant) is not None]
                     cells.append({"task": task, "multiple": mult, "length": mult * budget, "depth": depth,
                                   "variant": variant, "score": ci["mean"], "lo": ci["lo"], "hi": ci["hi"],
                                   "n": len(scores), "compression": round(mult * budget / (sum(read) / len(read)), 2),
                                   "needles_at_lod0": (sum(x == 0 for x in lods) / len(lods)) if lods else None,
+                                  "answers_at_lod0": (sum(x == 0 for x in alods) / len(alods)) if alods else None,
                                   "edits": (sum(r["edits"][variant] for r in sel) / len(sel)) if sel else None})
     return cells
 
