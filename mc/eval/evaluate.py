@@ -381,12 +381,11 @@ def run_evaluation(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True
         "preset": cfg.preset,
         "device": str(device),
         "torch": torch.__version__,
-        "seconds": round(time.time() - t0, 2),
-        "budget": cfg.mc.max_entries,
+        "seconds": round(time.time() - t0, 2), "budget": cfg.mc.max_entries,
         "settings": {"n_docs": ev.n_docs, "doc_tokens": ev.doc_tokens, "tail_tokens": ev.tail_tokens,
-                     "value_len": cfg.data.recall.value_len, "max_seq_len": cfg.model.max_seq_len,
-                     "draw_seed": draw_seed(cfg), "draw_seed_set": cfg.eval.draw_seed is not None,
-                     "refocus": to_dict(cfg.allocator), "compile_inference": {
+                     "value_len": cfg.data.recall.value_len, "max_seq_len": cfg.model.max_seq_len, "draw_seed":
+                     draw_seed(cfg), "draw_seed_set": cfg.eval.draw_seed is not None, "refocus": to_dict(cfg.allocator),
+                     "compile_inference": {
                          "lensnet": ecfg.compile.lensnet.inference, "gistnet": ecfg.compile.gistnet.inference}},
         "ci": {"losses": "mean with a normal-approximation 95% interval over documents (sd ddof=1)",
                "accuracy": "share of documents with a Wilson score 95% interval",
