@@ -115,6 +115,8 @@ def test_sweep_runs_every_variant(filler):
     assert all(0 <= c["lo"] <= c["score"] <= c["hi"] <= 1 for c in res["cells"])
     md = to_markdown(res)
     assert "**passkey**" in md and "| oracle |" in md and "16x W, depth 0.8" in md
+    n_at0 = sum(r["answer_lod"]["oracle"] == 0 for r in res["rows"] if r["task"] == "passkey")
+    assert f"oracle {n_at0}/2 (" in md and "At LOD0 when the answer began" in md
     too_long = load_config(SUITE + ["eval.tasks.tasks=[passkey]", "eval.tasks.multiples=[40]"])  # 1280 > 1024 window
     res = run_task_suite(ctrl, too_long, source=filler)
     assert all("full" not in r["score"] for r in res["rows"])  # no full-context reference past the window

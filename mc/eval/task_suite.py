@@ -232,8 +232,21 @@ def to_markdown(res: dict) -> str:
             lines.append(f"| {v} | " + " | ".join(
                 "n/a" if c is None else f"{100 * c['score']:.0f}% [{100 * c['lo']:.0f}, {100 * c['hi']:.0f}] "
                                         f"({c['compression']:g}x)" for c in cells) + " |")
-        lines.append("")
+        lines += ["", *_detail_line(res, task), ""]
     return "\n".join(lines)
+
+
+def _detail_line(res: dict, task: str) -> list[str]:
+    """Per variant that read a session, in how many documents the answer's own tokens and the whole needles
+    were at LOD0 when the answer began: a miss with the answer raw is the reader's, one without it the layout's."""
+    parts = []
+    for v in res["variants"]:
+        rows = [r for r in res.get("rows", []) if r["task"] == task and r.get("answer_lod", {}).get(v) is not None]
+        if rows:
+            ans = sum(r["answer_lod"][v] == 0 for r in rows)
+            whole = sum(r["needle_lod"][v] == 0 for r in rows)
+            parts.append(f"{v} {ans}/{len(rows)} ({whole})")
+    return [f"At LOD0 when the answer began, answer tokens (whole needles): {'; '.join(parts)}."] if parts else []
 
 
 def cell_ratio(res: dict, task: str, num: str, den: str) -> dict:
