@@ -150,9 +150,9 @@ class FocusAllocator:
                 del marks[node]
 
     def mark_expanded(self, parents: Sequence[Entry], block_size: int) -> None:
-        """Record expansions made outside :meth:`apply` (the oracle's planned layout,
-        :mod:`mc.eval.oracle_layout`): the cooldown then keeps ``make_room`` off their children while the
-        session decodes, as it does for a refocus's own expansions."""
+        """Record the expansion of each of ``parents``: the cooldown then keeps ``make_room`` and collapses off
+        their children. :meth:`apply` calls it for its own expansions; the oracle's planned layout
+        (:mod:`mc.eval.oracle_layout`), made without the allocator, calls it for the needle's."""
         for lod, idx in parents:
             if lod < 1:
                 raise ValueError(f"mark_expanded: {(lod, idx)} is an LOD0 token; only gists are expanded")
@@ -322,8 +322,7 @@ class FocusAllocator:
                     raise ValueError(f"expand of entry {i} {wc[i]} breaks the cooldown: it was collapsed "
                                      f"within the last {self.cfg.cooldown} refocuses")
                 wc.expand(i)
-                for j in range(K):
-                    self._expanded_into[(lod - 1, idx * K + j)] = self.clock
+                self.mark_expanded([(lod, idx)], K)
             else:
                 if respect_cooldown and self.collapse_blocked(wc, i):
                     raise ValueError(f"collapse at entry {i} {wc[i]} breaks the cooldown: a sibling was made by "

@@ -56,14 +56,10 @@ def _source_file(spec: str) -> tuple[Path, str]:
 
 def cached_gguf(spec: str) -> Path | None:
     """The GGUF of a ``pypi:`` source if this machine's model cache holds it (nothing fetched), else None."""
-    from mc.nets.hf_source import PYPI_PREFIX, model_cache, parse_pypi_spec  # noqa: PLC0415
+    from mc.nets.hf_source import PYPI_PREFIX, parse_pypi_spec, pypi_member_path  # noqa: PLC0415
 
-    if not spec.startswith(PYPI_PREFIX):
-        path = Path(spec).expanduser()
-        return path if path.exists() else None
-    package, version, member = parse_pypi_spec(spec)
-    path = model_cache() / "pypi" / f"{package}-{version}" / member
-    return path if path.is_file() else None
+    path = pypi_member_path(*parse_pypi_spec(spec)) if spec.startswith(PYPI_PREFIX) else Path(spec).expanduser()
+    return path if path.exists() else None
 
 
 def pack(spec: str, dest: Path, parts: int) -> list[Path]:

@@ -102,6 +102,11 @@ def environment(dry_run: bool) -> dict:
     return env
 
 
+def stage_seconds(log: Sequence[str]) -> dict[str, float]:
+    """``{stage: seconds}`` from the workflow's ``[run10] STAGE: done in S s`` lines."""
+    return {m.group(1): float(m.group(2)) for ln in log if (m := re.search(r"\[run10\] (\w+): done in ([\d.]+) s", ln))}
+
+
 def run_logged(cmd: Sequence[str], cap_s: float, *, env: dict | None = None, tail: int = 60) -> dict:
     """Run ``cmd`` (output streamed through and kept), killed with its process group after ``cap_s``."""
     t0 = time.perf_counter()
@@ -206,8 +211,7 @@ class Kit:
                 shutil.rmtree(old) if old.is_dir() else old.unlink()
         r = run_logged(["bash", "mc_run.sh", f"--preset={self.preset}", f"--name={self.name}", *self.geometry,
                         *self.steps(), f"out_dir={run_dir.parent}"], cap, env=self.child_env)
-        stages = {m.group(1): float(m.group(2)) for ln in r["log"]
-                  if (m := re.search(r"\[run10\] (\w+): done in ([\d.]+) s", ln))}
+        stages = stage_seconds(r["log"])
         gate = next((ln for ln in r["log"] if "gate:" in ln and ("reusing" in ln or "passed" in ln)), "")
         s2 = run_dir / "stage2" / "summary.json"
         summary = json.loads(s2.read_text()) if s2.is_file() else {}
@@ -257,8 +261,7 @@ class Kit:
         for c in (ev.get("tasks") or {}).get("cells", []):
             tasks.setdefault(f"{c['task']} {c['multiple']}x {c['variant']}", []).append(c["score"])
         figures = {"joined": joined, "preset": geometry[0],
-                   "stage_seconds": {m.group(1): float(m.group(2)) for ln in r["log"]
-                                     if (m := re.search(r"\[run10\] (\w+): done in ([\d.]+) s", ln))},
+                   "stage_seconds": stage_seconds(r["log"]),
                    "stage2": {k: summary.get(k) for k in ("steps", "sec_per_step", "lm_loss", "val_lm_loss")},
                    "corpus_tail_loss": {v: round(x["mean"], 4) for v, x in
                                         (ev.get("metrics") or {}).get("corpus_tail_loss", {}).items()},

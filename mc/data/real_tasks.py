@@ -70,32 +70,24 @@ def _needles(task: str, rng: random.Random, n_keys: int, hops: int
              ) -> tuple[list[str], str, tuple[str, ...], list[str]]:
     """``(needle sentences, question, references, the answer's piece in each sentence)``; the queried needle
     is the first sentence."""
-    sentences, question, answers = _needle_text(task, rng, n_keys, hops)
-    if task == "vartrack":  # sentence k names answer k: "VAR A = N." then "VAR B = VAR A." names B
-        return sentences, question, answers, list(answers)
-    if task == "passkey":
-        return sentences, question, answers, [answers[0]]
-    return sentences, question, answers, [s.rsplit(" ", 1)[1].rstrip(".") for s in sentences]
-
-
-def _needle_text(task: str, rng: random.Random, n_keys: int, hops: int) -> tuple[list[str], str, tuple[str, ...]]:
     if task == "passkey":
         n = rng.randint(1, 50_000)
         return ([f"The pass key is {n}. Remember it. {n} is the pass key."], "What is the pass key? The pass key is",
-                (str(n),))
+                (str(n),), [str(n)])
     if task in ("multikey", "multivalue"):
         values = rng.sample(range(1_000_000, 10_000_000), n_keys)
+        pieces = [str(v) for v in values]
         if task == "multikey":
             keys = rng.sample(KEY_WORDS, n_keys)
             sentences = [f"One of the special magic numbers for {k} is: {v}." for k, v in zip(keys, values)]
             return (sentences, f"What is the special magic number for {keys[0]} mentioned in the provided text? "
                                f"The special magic number for {keys[0]} mentioned in the provided text is",
-                    (str(values[0]),))
+                    (pieces[0],), pieces)
         key = rng.choice(KEY_WORDS)
         sentences = [f"One of the special magic numbers for {key} is: {v}." for v in values]
         return (sentences, f"What are all the special magic numbers for {key} mentioned in the provided text? "
                            f"The special magic numbers for {key} mentioned in the provided text are",
-                tuple(str(v) for v in values))
+                tuple(pieces), pieces)
     if task == "vartrack":
         names: list[str] = []
         while len(names) < hops + 1:
@@ -104,9 +96,10 @@ def _needle_text(task: str, rng: random.Random, n_keys: int, hops: int) -> tuple
                 names.append(name)
         value = rng.randint(10_000, 99_999)
         sentences = [f"VAR {names[0]} = {value}."] + [f"VAR {b} = VAR {a}." for a, b in zip(names, names[1:])]
+        # sentence k names variable k ("VAR A = N." names A, "VAR B = VAR A." names B): its piece of the answer
         return (sentences, f"Find all variables that are assigned the value {value} in the text above. Answer: "
                            f"According to the chain of variable assignments in the text above, {hops + 1} variables "
-                           f"are assigned the value {value}, they are:", tuple(names))
+                           f"are assigned the value {value}, they are:", tuple(names), list(names))
     raise ValueError(f"unknown task {task!r}; expected one of {', '.join(REAL_TASKS)}")
 
 

@@ -25,6 +25,7 @@ from torch import Tensor
 
 from mc.controller import MCController
 from mc.eval.oracle_layout import plan_oracle_layout
+from mc.refocus import run_refocus
 
 
 def _iterate(ctrl: MCController, scores_fn, *, edit_budget: int, max_iterations: int) -> int:
@@ -123,8 +124,6 @@ def salience_scores(s, question: tuple[int, int]) -> Tensor:
 def salience_refocus(ctrl: MCController, question: tuple[int, int]) -> int:
     """One refocus of the session with the run's own search, budget and rules, :func:`salience_scores` in
     place of LensNet's scores. Returns the edits applied."""
-    from mc.refocus import run_refocus  # noqa: PLC0415 - mc.refocus needs the session machinery, loaded on use
-
     if ctrl.session is None:
         raise RuntimeError("no session: call controller.begin_session(prompt_ids) first")
     return len(run_refocus(ctrl.session, lambda sess: salience_scores(sess, question), ctrl._tail_fit).edits)

