@@ -16,6 +16,7 @@ DATA_SOURCES = ("stdlib", "files", "recall")
 ALLOCATOR_POLICIES = ("relative", "absolute")
 POSITION_MODES = ("global", "bounded", "entries")  # mc.positions (mc/positions.py)
 LONG_TASKS = ("passkey", "multi_needle")  # mc.data.long_tasks
+HAYSTACKS = ("words", "corpus")  # mc.data.haystack: what surrounds generated records
 LONG_RANGE_VARIANTS = ("recency", "compressed", "focused", "random", "salience", "oracle")
 TASK_SUITE_TASKS = ("passkey", "multikey", "multivalue", "vartrack")  # mc.data.real_tasks
 # full: the base over the whole history (where it fits model.max_seq_len); salience: a non-learned locator
@@ -214,26 +215,26 @@ class RecallConfig:
     """The generated long-range recall task."""
 
     doc_tokens: int = 2048  # length of a document in bytes/tokens
-    n_records: int = 8  # key=value records placed early in the document
+    n_records: int = 8  # records (KEY=VALUE, or another template) placed early in the document
     key_len: int = 4
     value_len: int = 4
     records_region: float = 0.25  # records sit in the first this-fraction of the document
     # Stage 1 only: > 0 makes each recall row a document of a random length in [this, max_seq_len] followed by
-    # filler, so the query (and the records) sit at varied absolute positions; 0 = full-length documents only.
-    # Stage 2 and evaluation always use full-length documents (the answer is the row's last tokens).
+    # filler (the copy at any absolute position); 0 = full-length rows. Stage 2 and evaluation: full length.
     stage1_min_tokens: int = 0
-    # Stage 2 only: > 0 replaces records_region for stage 2's recall documents (e.g. records anywhere in a long
-    # history, so LensNet cannot learn where records usually are); 0 = records_region. Stage 1 and evaluation keep it.
-    stage2_records_region: float = 0.0
-    # Stage 2 only: > 0 replaces n_records for stage 2's recall documents (several records, one queried, so LensNet
-    # must match the query's key, not just find "a record"); 0 = n_records. Stage 1 and evaluation keep n_records.
-    stage2_n_records: int = 0
-    # Stage 1 only: weight of an extra loss on the query of recall rows (its key letters, the '=' and the answer:
-    # the tokens a copy from the record predicts), added to the next-token loss; 0 = off. Why: those are ~6 of 128
-    # tokens, and a base may learn the value copy without the key copy (it then predicts the query's key no better
-    # with the record in view than without, and the branched refocus, which keeps the branch the base fits the
-    # question best under, cannot tell the records apart; obsidian Training, "Query loss").
+    stage2_records_region: float = 0.0  # stage 2 only: > 0 replaces records_region (records anywhere in a history)
+    stage2_n_records: int = 0  # stage 2 only: > 0 replaces n_records (one queried among several: match the key)
+    # Stage 1 only: weight of an extra loss on the recall rows' query tokens (key, separator, answer), added to the
+    # next-token loss so the base learns the key copy too; 0 = off (obsidian Training, "Query loss").
     stage1_query_weight: float = 0.0
+    # The filler (mc.data.haystack; obsidian Data, "Haystacks, templates and decoys"): "words" = lowercase
+    # pseudo-text, "corpus" = the run's corpus (train split in training, val split in evaluation).
+    haystack: str = "words"
+    # Record templates, "{k}" then "{v}" at the end; each document draws one. The query repeats the text up to "{v}".
+    templates: list[str] = field(default_factory=lambda: ["{k}={v}"])
+    eval_template: str = ""  # a template never trained on: the sweep also runs each task with it ("" = none)
+    key_lens: list[int] = field(default_factory=list)  # key lengths training draws from ([] = key_len only)
+    near_decoys: bool = False  # the other records' keys differ from the queried key in exactly one letter
 
 
 @dataclass
@@ -270,12 +271,10 @@ class TrainConfig:
     stage1: StageConfig = field(default_factory=StageConfig)
     stage2: StageConfig = field(default_factory=lambda: StageConfig(steps=150, batch_size=2, grad_accum=2, lr=1e-3))
     log_every: int = 1  # stage 2: optimizer steps per metrics fetch (each fetch is one host-device sync)
-    # stage 2: micro-steps whose host work a background thread prepares ahead (0 = inline). -1 = by device: 2 on
-    # CUDA (the host half overlaps the GPU's work), 0 on CPU, where the thread competes with the compute for the same
-    # cores (2-core CPU, long preset: 2.0 vs 2.4-2.6 steps/s; obsidian Training, "Host/device split").
+    # stage 2: micro-steps whose host work a background thread prepares ahead (0 = inline); -1 = 2 on CUDA, 0 on CPU
+    # (there the thread competes with the compute for the cores; obsidian Training, "Host/device split").
     prefetch: int = -1
-    # Under torchrun (--nproc): a collective that waits longer than this fails the run (a hung rank); a rank
-    # that dies is noticed within about a second. Must exceed rank 0's evaluation pauses (the others wait).
+    # Under torchrun (--nproc): a collective waiting longer fails the run (a hung rank); > rank 0's evaluation pauses.
     dist_timeout_s: int = 600
 
 

@@ -9,7 +9,7 @@ import dataclasses
 from typing import Any
 
 from mc.config import (ALLOCATOR_POLICIES, BASE_SOURCES, BENCH_CASES, HF_DTYPES, COMPILE_MODES, DATA_SOURCES, DEVICES, FREEZE_MODES,
-                       GIST_POOLINGS, LONG_RANGE_VARIANTS, LONG_TASKS, POSITION_MODES, TASK_SUITE_TASKS,
+                       GIST_POOLINGS, HAYSTACKS, LONG_RANGE_VARIANTS, LONG_TASKS, POSITION_MODES, TASK_SUITE_TASKS,
                        TASK_SUITE_VARIANTS, ConfigError, RunConfig)
 
 def _fail(key: str, value: Any, allowed: str) -> None:
@@ -167,6 +167,25 @@ def validate(cfg: RunConfig) -> RunConfig:
     q = r.stage1_query_weight
     if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0.0 <= q < 1e3:
         _fail("data.recall.stage1_query_weight", q, "expected a number >= 0 (0 = off)")
+    _choice("data.recall.haystack", r.haystack, HAYSTACKS)
+    if r.haystack == "corpus" and d.source == "recall":
+        _fail("data.recall.haystack", r.haystack, "needs a corpus to cut filler from; data.source=recall has none "
+              "(use data.source=stdlib or files, or data.recall.haystack=words)")
+    if not r.templates:
+        _fail("data.recall.templates", list(r.templates), "expected at least one record template, e.g. ['{k}={v}']")
+    from mc.data.haystack import check_template  # noqa: PLC0415 (mc.data imports mc.config)
+    for key, tpls in (("data.recall.templates", list(r.templates)),
+                      ("data.recall.eval_template", [r.eval_template] if r.eval_template else [])):
+        for tpl in tpls:
+            try:
+                check_template(tpl)
+            except ValueError as e:
+                _fail(key, tpl, str(e))
+    if r.eval_template and r.eval_template in r.templates:
+        _fail("data.recall.eval_template", r.eval_template, "is also in data.recall.templates; a held-out template "
+              "must not be trained on")
+    for kl in r.key_lens:
+        _positive("data.recall.key_lens", kl)
     if r.stage1_min_tokens:
         if r.stage1_min_tokens > cfg.model.max_seq_len:
             _fail("data.recall.stage1_min_tokens", r.stage1_min_tokens,

@@ -1,4 +1,5 @@
-"""The run report's long-range sweep section: a table per task (variant x length) and heatmaps.
+"""The run report's long-range sweep section: a table per task (variant x length) and heatmaps; held-out
+template tasks (``<task>@held_out``) get their own table.
 
 Owns :func:`long_range_section`, which :mod:`mc.app.report` calls with its report builder (``rep.add`` for
 Markdown lines, ``rep.plot`` for a figure that may be skipped without matplotlib) and ``eval.json``'s
@@ -25,6 +26,10 @@ def long_range_section(rep, lr: dict, warning: str | None = None) -> None:
             "was at LOD0 when the answer began (a miss with it there is the base's copy) and another path than LensNet's kept."
             + (f" Needle depths: each bucket's documents spread over depth +- {lr['depth_jitter']:g}."
                if lr.get("depth_jitter") else " Needle depths: exact (every document of a cell at one position)."), "")
+    if lr.get("haystack"):  # sweeps before haystacks existed had word filler and KEY=VALUE only
+        rep.add(f"Haystack: {lr['haystack']}; record templates {', '.join(f'`{t}`' for t in lr['templates'])}"
+                + (f"; `<task>@held_out` uses `{lr['eval_template']}`, never trained on." if lr.get("eval_template")
+                   else "."), "")
     for task in lr["tasks"]:
         rep.add(f"**{task}** (mean over depths {', '.join(f'{d:.0%}' for d in lr['depths'])})", "")
         rep.add("| variant | " + " | ".join(f"{n // lr['base_window']}x" for n in lr["lengths"]) + " |",

@@ -23,10 +23,12 @@ from torch import Tensor
 
 from mc.config import DataConfig, RecallConfig
 from mc.data.documents import DocumentSet
+from mc.data.haystack import CorpusHaystack
 from mc.data.local_files import load_documents
 from mc.data.recall import RecallDoc, make_recall_doc, recall_batch
 from mc.data.split import check_split, stable_fraction
 from mc.data.stdlib_corpus import relative_key, stdlib_files, stdlib_root
+from mc.data.tokenizer import ByteTokenizer
 
 
 def _check_shape(batch_size: int, seq_len: int) -> None:
@@ -123,9 +125,10 @@ def _recall_seed(split: str, k: int) -> int:
 class RecallSource:
     """Generated recall documents; document ``k`` of a split is fixed (see :meth:`doc`)."""
 
-    def __init__(self, cfg: RecallConfig, split: str, tokenizer=None, *, shifted_min: int = 0):
+    def __init__(self, cfg: RecallConfig, split: str, tokenizer=None, *, shifted_min: int = 0, haystack=None):
         check_split(split)
         self.cfg = cfg
+        self.haystack = haystack  # None = the word filler; a corpus haystack of this split (mc.data.haystack)
         self.shifted_min = shifted_min  # > 0: rows are shifted documents (stage 1, recall.stage1_min_tokens)
         self.tokenizer = tokenizer  # None = bytes; else e.g. the model=hf tokenizer (mc.data.hf_tokenizer)
         self.split = split
@@ -135,21 +138,21 @@ class RecallSource:
     def shard(self, rank: int, world: int) -> "RecallSource":
         """A copy drawing only the documents ``k * world + rank``: disjoint across ranks."""
         _check_shard(rank, world)
-        out = RecallSource(self.cfg, self.split, self.tokenizer, shifted_min=self.shifted_min)
+        out = RecallSource(self.cfg, self.split, self.tokenizer, shifted_min=self.shifted_min, haystack=self.haystack)
         out.rank, out.world = rank, world
         return out
 
     def doc(self, k: int, seq_len: int | None = None) -> RecallDoc:
         """The ``k``-th document of this split (length ``seq_len``, default ``cfg.doc_tokens``)."""
         cfg = self.cfg if seq_len is None else dataclasses.replace(self.cfg, doc_tokens=seq_len)
-        return make_recall_doc(cfg, _recall_seed(self.split, k), self.tokenizer)
+        return make_recall_doc(cfg, _recall_seed(self.split, k), self.tokenizer, self.haystack)
 
     def sample_docs(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None):
         _check_shape(batch_size, seq_len)
         ks = torch.randint(0, 2**31 - 1, (batch_size,), generator=generator).tolist()
         cfg = dataclasses.replace(self.cfg, doc_tokens=seq_len)
         return recall_batch(cfg, [_recall_seed(self.split, k * self.world + self.rank) for k in ks], self.tokenizer,
-                            min_tokens=min(self.shifted_min, seq_len))
+                            min_tokens=min(self.shifted_min, seq_len), haystack=self.haystack)
 
     def sample_batch(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None) -> Tensor:
         return self.sample_docs(batch_size, seq_len, generator).ids
@@ -178,6 +181,18 @@ def make_source(cfg: DataConfig, split: str, *, max_files: int | None = None, to
     if cfg.source == "recall":
         return RecallSource(cfg.recall, split, tokenizer)
     raise ValueError(f"data.source={cfg.source!r} is invalid: expected one of stdlib, files, recall")
+
+
+def corpus_haystack(cfg: DataConfig, split: str, tokenizer=None, *, max_files: int | None = None) -> CorpusHaystack | None:
+    """The haystack ``cfg.recall.haystack`` asks for on ``split`` (:mod:`mc.data.haystack`): None for ``words``
+    (the default filler), else a :class:`CorpusHaystack` over ``cfg``'s corpus (stdlib or files) of that split."""
+    if cfg.recall.haystack == "words":
+        return None
+    if cfg.source == "recall":
+        raise ValueError("data.recall.haystack=corpus needs a corpus to cut filler from, but data.source=recall has "
+                         "none; use data.source=stdlib or files, or data.recall.haystack=words")
+    tokenizer = tokenizer or ByteTokenizer()
+    return CorpusHaystack(make_source(cfg, split, max_files=max_files, tokenizer=tokenizer).stream, tokenizer)
 
 
 def sample_batch(source, seq_len: int, batch_size: int, generator: torch.Generator | None = None) -> Tensor:
@@ -224,7 +239,13 @@ class Stage2Sampler:
             raise ValueError(f"recall_mix={recall_mix!r} is invalid: expected a number in [0, 1]")
         check_split(split)
         self.corpus = corpus
-        self.recall = RecallSource(recall_cfg, split, tokenizer, shifted_min=shifted_min)
+        haystack = None
+        if recall_cfg.haystack == "corpus":
+            if corpus is None:
+                raise ValueError("data.recall.haystack=corpus needs a corpus to cut filler from; data.source=recall "
+                                 "has none (use data.source=stdlib or files, or data.recall.haystack=words)")
+            haystack = CorpusHaystack(corpus.stream, tokenizer or ByteTokenizer())  # the whole split, before sharding
+        self.recall = RecallSource(recall_cfg, split, tokenizer, shifted_min=shifted_min, haystack=haystack)
         self.recall_mix = float(recall_mix)
 
     def shard(self, rank: int, world: int) -> "Stage2Sampler":

@@ -20,45 +20,62 @@ import random
 import zlib
 
 from mc.config import LONG_TASKS
-from mc.data.recall import KEY_ALPHABET, VALUE_ALPHABET, RecallDoc, assemble_ids
+from mc.data.haystack import DEFAULT_TEMPLATE, check_template, draw_keys, occurrences, query_prefix, record_len, record_text
+from mc.data.recall import VALUE_ALPHABET, RecallDoc, assemble_ids
 from mc.data.tokenizer import ByteTokenizer
 
-
-def _random_keys(rng: random.Random, n: int, key_len: int, taken: set[str]) -> list[str]:
-    keys: list[str] = []
-    while len(keys) < n:
-        k = "".join(rng.choice(KEY_ALPHABET) for _ in range(key_len))
-        if k not in taken:
-            taken.add(k)
-            keys.append(k)
-    return keys
+_MAX_REDRAWS = 50  # as mc.data.recall: a corpus haystack that repeats a needle's prefix draws the document again
 
 
 def make_long_doc(task: str, length: int, depth: float, seed: int, *, key_len: int, value_len: int,
-                  n_needles: int = 4, tokenizer=None) -> RecallDoc:
+                  n_needles: int = 4, tokenizer=None, template: str = DEFAULT_TEMPLATE, haystack=None,
+                  near_decoys: bool = False) -> RecallDoc:
     """One document of exactly ``length`` tokens (see the module docstring); ``tokenizer`` as in
-    :func:`mc.data.recall.make_recall_doc` (bytes when None)."""
+    :func:`mc.data.recall.make_recall_doc` (bytes when None). ``template``, ``haystack`` (None = the word
+    filler) and ``near_decoys`` (multi_needle: distractor keys one letter away from the queried key) are
+    described in :mod:`mc.data.haystack`."""
     tokenizer = tokenizer or ByteTokenizer()
     if task not in LONG_TASKS:
         raise ValueError(f"unknown long-range task {task!r}; expected one of {LONG_TASKS}")
     if not 0.0 <= depth <= 1.0:
         raise ValueError(f"depth must be in [0, 1] (a fraction of the history), got {depth}")
+    check_template(template)
     n = 1 if task == "passkey" else n_needles
     if n < 1:
         raise ValueError(f"multi_needle needs n_needles >= 1, got {n_needles}")
-    rec_len = key_len + 1 + value_len
-    query_len = 1 + rec_len  # "\nKEY=VALUE"
-    history = length - query_len  # tokens before the query, BOS included
+    rec_len = record_len(template, key_len, value_len)
+    prefix_len = rec_len - value_len
+    history = length - 1 - rec_len  # tokens before the query "\nPREFIXVALUE", BOS included
     if history < 1 + n * (rec_len + 2) + 8:
         raise ValueError(f"a {task} document of {length} tokens cannot hold {n} needle(s) of {rec_len + 2} tokens "
                          "and a query; use a longer length")
     # crc32, not hash(): str hashing is salted per process, and documents must be the same everywhere
-    rng = random.Random(zlib.crc32(repr((task, length, round(depth, 6), int(seed), key_len, value_len, n)).encode()))
+    key = (task, length, round(depth, 6), int(seed), key_len, value_len, n)
+    if template != DEFAULT_TEMPLATE or near_decoys:  # the default documents keep the seed they always had
+        key = key + (template, near_decoys)
+    rng = random.Random(zlib.crc32(repr(key).encode()))
+    for _ in range(_MAX_REDRAWS):
+        doc = _draw(task, length, depth, int(seed), rng, n, key_len, value_len, template, history, tokenizer,
+                    haystack, near_decoys)
+        if haystack is None or all(
+                occurrences(doc.ids, tokenizer.char_ids(query_prefix(template, k)), doc.query_start) == [sp[0]]
+                for k, sp in zip(doc.keys, doc.record_spans)):
+            return doc
+    raise RuntimeError(f"{task} document seed {seed}: the haystack repeated a needle's prefix in {_MAX_REDRAWS} draws "
+                       "in a row; the corpus is too small or too repetitive for a corpus haystack")
+
+
+def _draw(task, length, depth, seed, rng, n, key_len, value_len, template, history, tokenizer, haystack,
+          near_decoys) -> RecallDoc:
+    rec_len = record_len(template, key_len, value_len)
     taken: set[str] = set()
     if task == "passkey":
         keys = [("P" + "K" * (key_len - 1))[:key_len]]
+    elif near_decoys:
+        keys = draw_keys(rng, 1, key_len, taken=taken)
+        keys += draw_keys(rng, n - 1, key_len, near_of=keys[0], taken=taken)
     else:
-        keys = _random_keys(rng, n, key_len, taken)
+        keys = draw_keys(rng, n, key_len, taken=taken)
     values = ["".join(rng.choice(VALUE_ALPHABET) for _ in range(value_len)) for _ in range(n)]
     # Needle starts: the queried one (index 0) at the requested depth, distractors anywhere, no overlap.
     slot = rec_len + 2  # "\n" + record + "\n"
@@ -77,11 +94,12 @@ def make_long_doc(task: str, length: int, depth: float, seed: int, *, key_len: i
         gap = starts[i] - pos
         pieces += [gap, "\n"]
         pos += gap + 1
-        pieces.append(f"{keys[i]}={values[i]}\n")
+        pieces.append(record_text(template, keys[i], values[i]) + "\n")
         spans[i] = (pos, pos + rec_len)
         pos += rec_len + 1
-    pieces += [history - pos, f"\n{keys[0]}={values[0]}"]
-    ids = assemble_ids(pieces, rng, tokenizer, length)
+    prefix = query_prefix(template, keys[0])
+    pieces += [history - pos, f"\n{prefix}{values[0]}"]
+    ids = assemble_ids(pieces, rng, tokenizer, length, haystack)
     return RecallDoc(ids=ids, keys=tuple(keys), values=tuple(values), record_spans=tuple(spans), answer_record=0,
-                     query_start=length - value_len - 1 - key_len, answer_span=(length - value_len, length),
-                     seed=int(seed))
+                     query_start=length - value_len - len(prefix), answer_span=(length - value_len, length),
+                     seed=seed, template=template)

@@ -34,9 +34,10 @@ import torch
 from torch import Tensor
 
 from mc.config import RecallConfig
+from mc.data.haystack import (HAYSTACKS, KEY_ALPHABET, check_template, draw_keys, occurrences, pick_template,
+                              query_prefix, record_len, record_text)
 from mc.data.tokenizer import ByteTokenizer
 
-KEY_ALPHABET = string.ascii_uppercase
 VALUE_ALPHABET = string.digits
 _WORDS = (
     "the a of and to in is it that for on with as was be by at this from or an are not have "
@@ -64,6 +65,7 @@ class RecallDoc:
     query_start: int                     # first token of the query "KEY=" (after its newline)
     answer_span: tuple[int, int]         # the last value_len tokens
     seed: int
+    template: str = "{k}={v}"            # the record template (mc.data.haystack)
 
     @property
     def num_tokens(self) -> int:
@@ -104,16 +106,34 @@ def check_recall_config(cfg: RecallConfig) -> None:
             raise ValueError(f"recall.{k}={v!r} is invalid: expected a positive integer")
     if not 0.0 < cfg.records_region < 1.0:
         raise ValueError(f"recall.records_region={cfg.records_region!r} is invalid: expected a number in (0, 1)")
-    if cfg.n_records > len(KEY_ALPHABET) ** cfg.key_len:
-        raise ValueError(f"recall.n_records={cfg.n_records} exceeds the {len(KEY_ALPHABET) ** cfg.key_len} "
-                         f"unique keys of length {cfg.key_len}; raise recall.key_len")
+    if cfg.haystack not in HAYSTACKS:
+        raise ValueError(f"recall.haystack={cfg.haystack!r} is invalid: expected one of {', '.join(HAYSTACKS)}")
+    if not cfg.templates:
+        raise ValueError("recall.templates is empty: give at least one record template, e.g. ['{k}={v}']")
+    for t in [*cfg.templates, *([cfg.eval_template] if cfg.eval_template else [])]:
+        check_template(t)
+    if cfg.eval_template in cfg.templates:
+        raise ValueError(f"recall.eval_template={cfg.eval_template!r} is also a training template; a held-out "
+                         "template must not be in recall.templates")
+    for kl in cfg.key_lens:
+        if not isinstance(kl, int) or isinstance(kl, bool) or kl <= 0:
+            raise ValueError(f"recall.key_lens={list(cfg.key_lens)!r} is invalid: expected positive integers")
+    key_lens = [cfg.key_len, *cfg.key_lens]
+    if cfg.n_records > len(KEY_ALPHABET) ** min(key_lens):
+        raise ValueError(f"recall.n_records={cfg.n_records} exceeds the {len(KEY_ALPHABET) ** min(key_lens)} "
+                         f"unique keys of length {min(key_lens)}; raise recall.key_len")
+    if cfg.near_decoys and cfg.n_records - 1 > min(key_lens) * (len(KEY_ALPHABET) - 1):
+        raise ValueError(f"recall.near_decoys: {cfg.n_records - 1} keys one letter away from a {min(key_lens)}-letter "
+                         "key do not exist; lower n_records or raise key_len")
+    templates = [*cfg.templates, *([cfg.eval_template] if cfg.eval_template else [])]
+    rec = max(record_len(t, kl, cfg.value_len) for t in templates for kl in key_lens)
     region = int(cfg.doc_tokens * cfg.records_region)
-    need = 1 + cfg.n_records * (cfg.key_len + cfg.value_len + 3)  # BOS + "\nKEY=VALUE\n" each
+    need = 1 + cfg.n_records * (rec + 2)  # BOS + "\nRECORD\n" each
     if need > region:
         raise ValueError(f"{cfg.n_records} records need {need} tokens but the records region holds {region} "
                          f"(doc_tokens={cfg.doc_tokens} * records_region={cfg.records_region}); "
                          "raise doc_tokens or records_region, or lower n_records")
-    query_len = cfg.key_len + cfg.value_len + 2  # "\nKEY=VALUE"
+    query_len = rec + 1  # "\n" + the record's prefix and value
     if region + query_len > cfg.doc_tokens:
         raise ValueError(f"the query ({query_len} tokens) does not fit after the records region "
                          f"({region} of {cfg.doc_tokens} tokens); lower records_region or raise doc_tokens")
@@ -167,36 +187,76 @@ def filler_ids(rng: random.Random, n: int, tokenizer) -> list[int]:
     return ids[:n]
 
 
-def assemble_ids(pieces: Sequence[int | str], rng: random.Random, tokenizer, length: int) -> Tensor:
-    """``[length]`` long: BOS, then each piece in order: an int ``n`` is ``n`` filler tokens, a str is one
-    token per character (:meth:`char_ids`), so token positions are known before any text is encoded."""
+def assemble_ids(pieces: Sequence[int | str], rng: random.Random, tokenizer, length: int, haystack=None) -> Tensor:
+    """``[length]`` long: BOS, then each piece in order: an int ``n`` is ``n`` filler tokens (the word filler, or
+    ``haystack.ids``: :mod:`mc.data.haystack`), a str is one token per character (:meth:`char_ids`), so token
+    positions are known before any text is encoded."""
     ids = [tokenizer.bos_id]
     for piece in pieces:
-        ids += filler_ids(rng, piece, tokenizer) if isinstance(piece, int) else tokenizer.char_ids(piece)
+        if isinstance(piece, str):
+            ids += tokenizer.char_ids(piece)
+        else:
+            ids += filler_ids(rng, piece, tokenizer) if haystack is None else haystack.ids(rng, piece, tokenizer)
     if len(ids) != length:  # an invariant of the callers' arithmetic, not a user error
         raise RuntimeError(f"assembled {len(ids)} tokens for a {length}-token document")
     return torch.tensor(ids, dtype=torch.long)
 
 
-def make_recall_doc(cfg: RecallConfig, seed: int, tokenizer=None) -> RecallDoc:
+def make_recall_doc(cfg: RecallConfig, seed: int, tokenizer=None, haystack=None, *,
+                    template: str | None = None) -> RecallDoc:
     """One recall document of exactly ``cfg.doc_tokens`` tokens; same seed -> identical document.
-    ``tokenizer``: the byte tokenizer when None, else e.g. a model=hf tokenizer (mc.data.hf_tokenizer)."""
+    ``tokenizer``: the byte tokenizer when None, else e.g. a model=hf tokenizer (mc.data.hf_tokenizer).
+    ``haystack``: the filler source (:mod:`mc.data.haystack`; None = the word filler), required when
+    ``cfg.haystack == "corpus"``. ``template``: this record template instead of a draw from
+    ``cfg.templates`` (the held-out ``cfg.eval_template`` in evaluation)."""
     tokenizer = tokenizer or ByteTokenizer()
     check_recall_config(cfg)
+    if cfg.haystack == "corpus" and haystack is None:
+        raise ValueError("recall.haystack=corpus needs a haystack: build one with "
+                         "mc.data.haystack.corpus_haystack(data_cfg, split)")
     rng = random.Random(int(seed))
-    n, kl, vl = cfg.n_records, cfg.key_len, cfg.value_len
-    keys: list[str] = []
-    seen: set[str] = set()
-    while len(keys) < n:
-        k = "".join(rng.choice(KEY_ALPHABET) for _ in range(kl))
-        if k not in seen:
-            seen.add(k)
-            keys.append(k)
-    values = ["".join(rng.choice(VALUE_ALPHABET) for _ in range(vl)) for _ in range(n)]
-    answer = rng.randrange(n)
+    for _ in range(_MAX_REDRAWS):
+        doc = _draw_recall_doc(cfg, rng, int(seed), tokenizer, haystack, template)
+        if haystack is None or _copy_is_unambiguous(doc, tokenizer):
+            return doc
+    raise RuntimeError(f"recall document seed {seed}: the haystack repeated a record's prefix in {_MAX_REDRAWS} "
+                       "draws in a row; the corpus is too small or too repetitive for a corpus haystack")
+
+
+# A corpus haystack can by chance hold a record's own prefix ("AB=" in real code): the document is drawn again
+# from the same rng, so it stays fixed by its seed. Word filler never can (no capitals), so it is never checked.
+_MAX_REDRAWS = 50
+
+
+def _copy_is_unambiguous(doc: RecallDoc, tokenizer) -> bool:
+    """True when each record's prefix (``KEY=``) occurs before the query only at that record."""
+    for (start, _), key, value in zip(doc.record_spans, doc.keys, doc.values):
+        prefix = tokenizer.char_ids(query_prefix(doc.template, key))
+        if occurrences(doc.ids, prefix, doc.query_start) != [start]:
+            return False
+    return True
+
+
+def _draw_recall_doc(cfg: RecallConfig, rng: random.Random, seed: int, tokenizer, haystack,
+                     template: str | None) -> RecallDoc:
+    # Draw order matters: a config with one template, no key_lens and no near_decoys draws exactly what it
+    # drew before those fields existed, so its documents (and every result on them) are unchanged.
+    tpl = template or pick_template(rng, cfg.templates)
+    kl = rng.choice(list(cfg.key_lens)) if cfg.key_lens else cfg.key_len
+    n, vl = cfg.n_records, cfg.value_len
+    if cfg.near_decoys and n > 1:
+        first = draw_keys(rng, 1, kl)
+        keys = first + draw_keys(rng, n - 1, kl, near_of=first[0], taken=set(first))
+        rng.shuffle(keys)
+        answer = keys.index(first[0])
+        values = ["".join(rng.choice(VALUE_ALPHABET) for _ in range(vl)) for _ in range(n)]
+    else:
+        keys = draw_keys(rng, n, kl)
+        values = ["".join(rng.choice(VALUE_ALPHABET) for _ in range(vl)) for _ in range(n)]
+        answer = rng.randrange(n)
 
     region = int(cfg.doc_tokens * cfg.records_region)
-    rec_len = kl + 1 + vl
+    rec_len = record_len(tpl, kl, vl)
     slack = region - 1 - n * (rec_len + 2)
     gaps = _cuts(rng, slack, n + 1)  # filler before each record; the last gap runs into the tail
 
@@ -206,23 +266,24 @@ def make_recall_doc(cfg: RecallConfig, seed: int, tokenizer=None) -> RecallDoc:
     for i in range(n):
         pieces += [gaps[i], "\n"]
         pos += gaps[i] + 1
-        pieces.append(f"{keys[i]}={values[i]}")
+        pieces.append(record_text(tpl, keys[i], values[i]))
         spans.append((pos, pos + rec_len))
         pos += rec_len
         pieces.append("\n")
         pos += 1
-    query = f"\n{keys[answer]}={values[answer]}"
+    prefix = query_prefix(tpl, keys[answer])
+    query = f"\n{prefix}{values[answer]}"
     tail = cfg.doc_tokens - pos - len(query)
     pieces += [tail, query]
-    ids = assemble_ids(pieces, rng, tokenizer, cfg.doc_tokens)
+    ids = assemble_ids(pieces, rng, tokenizer, cfg.doc_tokens, haystack)
     end = cfg.doc_tokens
     return RecallDoc(ids=ids, keys=tuple(keys), values=tuple(values), record_spans=tuple(spans),
-                     answer_record=answer, query_start=end - vl - 1 - kl, answer_span=(end - vl, end),
-                     seed=int(seed))
+                     answer_record=answer, query_start=end - vl - len(prefix), answer_span=(end - vl, end),
+                     seed=seed, template=tpl)
 
 
 def make_shifted_recall_doc(cfg: RecallConfig, seed: int, row_tokens: int, min_tokens: int,
-                            tokenizer=None) -> RecallDoc:
+                            tokenizer=None, haystack=None) -> RecallDoc:
     """A recall document of a seeded length ``L`` in ``[min_tokens, row_tokens]`` (records in its first
     ``records_region``, as many of ``n_records`` as fit in ``L``, at least one; the query and answer at
     its end) followed by ``row_tokens - L`` filler tokens.
@@ -236,10 +297,12 @@ def make_shifted_recall_doc(cfg: RecallConfig, seed: int, row_tokens: int, min_t
     tokenizer = tokenizer or ByteTokenizer()
     rng = random.Random(int(seed) ^ 0x5F3759DF)  # its own stream: the document itself stays make_recall_doc(seed)
     length = rng.randint(min_tokens, row_tokens)
-    doc = make_recall_doc(fit_recall(cfg, length), seed, tokenizer)
+    doc = make_recall_doc(fit_recall(cfg, length), seed, tokenizer, haystack)
     if length == row_tokens:
         return doc
-    tail = torch.tensor(filler_ids(rng, row_tokens - length, tokenizer), dtype=torch.long)
+    n = row_tokens - length
+    tail = torch.tensor(filler_ids(rng, n, tokenizer) if haystack is None else haystack.ids(rng, n, tokenizer),
+                        dtype=torch.long)
     return dataclasses.replace(doc, ids=torch.cat([doc.ids, tail]))
 
 
@@ -256,15 +319,17 @@ class RecallBatch:
     docs: list[RecallDoc]
 
 
-def recall_batch(cfg: RecallConfig, seeds: Sequence[int], tokenizer=None, *, min_tokens: int = 0) -> RecallBatch:
+def recall_batch(cfg: RecallConfig, seeds: Sequence[int], tokenizer=None, *, min_tokens: int = 0,
+                 haystack=None) -> RecallBatch:
     """Documents for ``seeds`` stacked into ``[B, doc_tokens]`` with their spans as tensors; with
-    ``min_tokens > 0`` each row is a :func:`make_shifted_recall_doc` of ``doc_tokens`` tokens."""
+    ``min_tokens > 0`` each row is a :func:`make_shifted_recall_doc` of ``doc_tokens`` tokens.
+    ``haystack`` as in :func:`make_recall_doc`."""
     if len(seeds) == 0:
         raise ValueError("recall_batch needs at least one seed")
     if min_tokens > 0:
-        docs = [make_shifted_recall_doc(cfg, s, cfg.doc_tokens, min_tokens, tokenizer) for s in seeds]
+        docs = [make_shifted_recall_doc(cfg, s, cfg.doc_tokens, min_tokens, tokenizer, haystack) for s in seeds]
     else:
-        docs = [make_recall_doc(cfg, s, tokenizer) for s in seeds]
+        docs = [make_recall_doc(cfg, s, tokenizer, haystack) for s in seeds]
 
     def col(f) -> Tensor:
         return torch.tensor([f(d) for d in docs], dtype=torch.long)

@@ -25,11 +25,10 @@ gist cannot predict the first of them, which is then not scored), so the final w
 entries, the number the recency window holds. (c) and (d) differ only by the refocus, and LensNet
 never sees the tokens it is scored on.
 
-Metrics (per document, then mean and 95% CI over documents, see :mod:`mc.eval.stats`):
-next-token loss of the last ``eval.tail_tokens`` tokens (teacher forced), on corpus and recall
-documents; on recall documents the exact recall of the queried value by greedy decoding of
-``value_len`` tokens after the query, and the teacher-forced loss of those value tokens.
-All GistNet/LensNet use goes through the controller (sessions, refocus, appends).
+Metrics (per document, then mean and 95% CI over documents, see :mod:`mc.eval.stats`): next-token loss
+of the last ``eval.tail_tokens`` tokens (teacher forced), on corpus and recall documents; on recall documents
+the exact recall of the queried value by greedy decoding of ``value_len`` tokens after the query, and the
+teacher-forced loss of those value tokens. All GistNet/LensNet use goes through the controller.
 """
 from __future__ import annotations
 
@@ -103,9 +102,9 @@ def corpus_eval_docs(cfg: RunConfig, n: int, doc_tokens: int, *, max_files: int 
 
 def recall_eval_docs(cfg: RunConfig, n: int, doc_tokens: int) -> list[EvalDoc]:
     """Validation-seed recall documents (a seed namespace disjoint from training's)."""
-    from mc.data.loader import RecallSource  # noqa: PLC0415
-
-    src = RecallSource(cfg.data.recall, "val", tokenizer_for(cfg.model))
+    from mc.data.loader import RecallSource, corpus_haystack  # noqa: PLC0415
+    tok = tokenizer_for(cfg.model)
+    src = RecallSource(cfg.data.recall, "val", tok, haystack=corpus_haystack(cfg.data, "val", tok))
     docs = [src.doc(recall_doc_index(cfg, k), seq_len=doc_tokens) for k in range(n)]
     return [EvalDoc("recall", f"recall:val#{k}", d.ids, d) for k, d in enumerate(docs)]
 

@@ -25,7 +25,10 @@ uniformly from ``depth +- eval.long_range.depth_jitter`` (clipped to [0, 1]; the
 needle's alignment with the gist grid, so one unlucky offset decides the whole cell (at 32x, depth
 0.25 puts every record across the boundary of two 512-token gists, where even the oracle scored
 0/24; obsidian Evaluation). ``depth_jitter: 0`` gives the exact depth (the first sweeps).
-Documents use evaluation seeds (offset from training's) so no sweep document was trained on.
+Documents use evaluation seeds (offset from training's) so no sweep document was trained on. Their filler,
+record templates and decoys follow ``data.recall`` (:mod:`mc.data.haystack`: a corpus haystack reads the
+validation split), and with ``data.recall.eval_template`` set each task is also swept as ``<task>@held_out``
+with that never-trained template.
 Accuracy per cell comes with a Wilson 95% interval, and ``needle_at_lod0`` says in how many documents
 the layout held the needle at full detail when the answer began (so a miss splits into "focus did not
 get there" and "the base did not copy it"); the per-document rows are kept, with ``needle_lod``.
@@ -42,6 +45,7 @@ from torch import Tensor
 from mc.config import LONG_RANGE_VARIANTS, RunConfig
 from mc.controller import MCController
 from mc.data.hf_tokenizer import tokenizer_for
+from mc.data.loader import corpus_haystack
 from mc.data.long_tasks import make_long_doc
 from mc.eval.baselines import lod0_answer
 from mc.eval.draws import draw_seed
@@ -97,6 +101,15 @@ def long_range_lengths(cfg: RunConfig) -> list[int]:
     return [m * cfg.model.max_seq_len for m in cfg.eval.long_range.multiples]
 
 
+def sweep_tasks(cfg: RunConfig) -> dict[str, tuple[str, str | None]]:
+    """Sweep task name -> (long-range task, record template or None = the training templates in turn). With
+    ``data.recall.eval_template`` set, every task runs again as ``<task>@held_out`` with that template only."""
+    out: dict[str, tuple[str, str | None]] = {t: (t, None) for t in cfg.eval.long_range.tasks}
+    if cfg.data.recall.eval_template:
+        out.update({f"{t}@held_out": (t, cfg.data.recall.eval_template) for t in cfg.eval.long_range.tasks})
+    return out
+
+
 def docs_per_cell(cfg: RunConfig, length: int) -> int:
     """Documents per (task, depth) cell at history ``length``: ``dense_n_per_cell`` at a multiple listed in
     ``dense_multiples``, else ``n_per_cell``. Document k has the same seed whatever the count, so a larger count
@@ -113,7 +126,8 @@ def run_long_range(ctrl: MCController, cfg: RunConfig, *, progress: bool = False
     rc = cfg.data.recall
     budget = cfg.mc.max_entries
     variants = [v for v in LONG_RANGE_VARIANTS if v in lr.variants]  # "focused" before "random": it sets the count
-    combos = [(t, n, d, k) for t in lr.tasks for n in long_range_lengths(cfg) for d in lr.depths
+    tasks = sweep_tasks(cfg)
+    combos = [(t, n, d, k) for t in tasks for n in long_range_lengths(cfg) for d in lr.depths
               for k in range(docs_per_cell(cfg, n))]
     try:
         from tqdm import tqdm  # noqa: PLC0415
@@ -123,15 +137,18 @@ def run_long_range(ctrl: MCController, cfg: RunConfig, *, progress: bool = False
     t0 = time.time()
     rows = []
     tok = tokenizer_for(cfg.model)  # bytes, or the model=hf base's own tokenizer
-    for task, length, depth, k in combos:
+    haystack = corpus_haystack(cfg.data, "val", tok)  # None: the word filler
+    for name, length, depth, k in combos:
+        task, template = tasks[name]
         if length <= budget:
             raise ValueError(f"long-range length {length} is not longer than the budget mc.max_entries={budget}; "
                              "raise eval.long_range.multiples")
         seed = SEED_OFFSET + draw_seed(cfg) * 10_000 + k
         doc_depth = needle_depth(depth, lr.depth_jitter, seed)
         doc = make_long_doc(task, length, doc_depth, seed, key_len=rc.key_len, value_len=rc.value_len,
-                            n_needles=lr.n_needles, tokenizer=tok)
-        row = {"task": task, "length": length, "depth": depth, "needle_depth": round(doc_depth, 6),
+                            n_needles=lr.n_needles, tokenizer=tok, template=template or rc.templates[k % len(rc.templates)],
+                            haystack=haystack, near_decoys=rc.near_decoys)
+        row = {"task": name, "template": doc.template, "length": length, "depth": depth, "needle_depth": round(doc_depth, 6),
                "needle_start": doc.queried_span[0], "doc": k, "answer": doc.answer,
                "exact": {}, "edits": {}, "needle_lod": {}}
         lensnet_edits, start = 0, None
@@ -155,7 +172,7 @@ def run_long_range(ctrl: MCController, cfg: RunConfig, *, progress: bool = False
     if bar is not None:
         bar.close()
     cells = []
-    for task in lr.tasks:
+    for task in tasks:
         for length in long_range_lengths(cfg):
             for depth in lr.depths:
                 sel = [r for r in rows if (r["task"], r["length"], r["depth"]) == (task, length, depth)]
@@ -174,6 +191,7 @@ def run_long_range(ctrl: MCController, cfg: RunConfig, *, progress: bool = False
                                   if variant == "focused" and sel else None})
     return {"base_window": cfg.model.max_seq_len, "budget": budget, "lengths": long_range_lengths(cfg),
             "draw_seed": draw_seed(cfg),
-            "depths": list(lr.depths), "depth_jitter": lr.depth_jitter, "tasks": list(lr.tasks), "variants": variants,
+            "depths": list(lr.depths), "depth_jitter": lr.depth_jitter, "tasks": list(tasks), "variants": variants,
+            "haystack": rc.haystack, "templates": list(rc.templates), "eval_template": rc.eval_template,
             "compression": {str(n): round(n / budget, 2) for n in long_range_lengths(cfg)},
             "seconds": round(time.time() - t0, 2), "cells": cells, "rows": rows}
