@@ -18,10 +18,24 @@ def test_hydra_default_and_override():
     assert cfg.compile.lensnet.train == "off"
 
 
-@pytest.mark.parametrize("preset", ["smoke", "cpu", "long", "h100"])
+@pytest.mark.parametrize("preset", ["smoke", "cpu", "long", "long_corpus", "h100"])
 def test_presets_resolve(preset):
     cfg = load_config([f"preset={preset}"])
     assert cfg.preset == preset
+
+
+def test_long_corpus_is_long_with_harder_documents():
+    """long_corpus changes only what its documents look like (obsidian Presets): the nets, geometry, allocator,
+    steps and sweep are the long preset's, so the two presets' results differ by the documents alone."""
+    long, hard = to_dict(load_config(["preset=long"])), to_dict(load_config(["preset=long_corpus"]))
+    changed = {"haystack": "corpus", "eval_template": "{k} is {v}", "key_lens": [2, 3], "near_decoys": True,
+               "stage1_min_tokens": 48, "templates": ["{k}={v}", "{k}: {v}", "{k} -> {v}", "set {k} to {v}"]}
+    assert {k: hard["data"]["recall"][k] for k in changed} == changed
+    for d in (long, hard):
+        for k in changed:
+            d["data"]["recall"].pop(k)
+        d.pop("preset"), d.pop("name", None)
+    assert long == hard
 
 
 @pytest.mark.parametrize("preset", ["smollm2", "smollm2_cpu", "h100_smollm2"])
