@@ -1,9 +1,10 @@
 """Generated long-context tasks: passkey and multi-needle documents at a chosen length and depth.
 
 Owns the documents of the long-range evaluation (obsidian Evaluation, "Long-range sweep"). No
-download: the haystack is the recall task's lowercase filler (no uppercase, digits or '=' can
+download: by default the haystack is the recall task's lowercase filler (no uppercase, digits or '=' can
 appear in it by accident), and the needles use the recall task's record format ``KEY=VALUE``, so
-the copy skill the base learns in stage 1 is the one these tasks test:
+the copy skill the base learns in stage 1 is the one these tasks test. ``template``, ``haystack`` (filler cut
+from a corpus) and ``near_decoys`` make harder documents (:mod:`mc.data.haystack`):
 
 * ``passkey``: one needle with the fixed key ``PK…`` (``key_len`` letters) at relative ``depth``
   of the document; the document ends with the query ``\\nPK=`` and the value (the answer).
@@ -20,8 +21,8 @@ import random
 import zlib
 
 from mc.config import LONG_TASKS
-from mc.data.haystack import DEFAULT_TEMPLATE, check_template, draw_keys, occurrences, query_prefix, record_len, record_text
-from mc.data.recall import VALUE_ALPHABET, RecallDoc, assemble_ids
+from mc.data.haystack import DEFAULT_TEMPLATE, check_template, draw_keys, query_prefix, record_len, record_text
+from mc.data.recall import VALUE_ALPHABET, RecallDoc, assemble_ids, copy_is_unambiguous
 from mc.data.tokenizer import ByteTokenizer
 
 _MAX_REDRAWS = 50  # as mc.data.recall: a corpus haystack that repeats a needle's prefix draws the document again
@@ -57,9 +58,7 @@ def make_long_doc(task: str, length: int, depth: float, seed: int, *, key_len: i
     for _ in range(_MAX_REDRAWS):
         doc = _draw(task, length, depth, int(seed), rng, n, key_len, value_len, template, history, tokenizer,
                     haystack, near_decoys)
-        if haystack is None or all(
-                occurrences(doc.ids, tokenizer.char_ids(query_prefix(template, k)), doc.query_start) == [sp[0]]
-                for k, sp in zip(doc.keys, doc.record_spans)):
+        if haystack is None or copy_is_unambiguous(doc, tokenizer):
             return doc
     raise RuntimeError(f"{task} document seed {seed}: the haystack repeated a needle's prefix in {_MAX_REDRAWS} draws "
                        "in a row; the corpus is too small or too repetitive for a corpus haystack")

@@ -18,6 +18,11 @@ Layout of one document of exactly ``doc_tokens`` byte tokens (seeded, determinis
   model can learn in a short stage 1; a different query marker (``KEY?``) would additionally
   require learning that ``?`` stands for ``=``.
 
+That is the default. ``recall.haystack=corpus`` cuts the filler from the run's corpus instead,
+``recall.templates`` gives other record shapes (``set KEY to VALUE``; the query repeats the text up to
+the value), ``recall.key_lens`` mixes key lengths and ``recall.near_decoys`` makes the other keys one letter
+away from the queried one (:mod:`mc.data.haystack`).
+
 A :class:`RecallDoc` carries the exact token spans of every record, which one is queried, the
 query start and the answer span, so evaluation can score exact recall and training can find the
 block holding the queried record (``span_blocks(doc.queried_span, K)``).
@@ -217,7 +222,7 @@ def make_recall_doc(cfg: RecallConfig, seed: int, tokenizer=None, haystack=None,
     rng = random.Random(int(seed))
     for _ in range(_MAX_REDRAWS):
         doc = _draw_recall_doc(cfg, rng, int(seed), tokenizer, haystack, template)
-        if haystack is None or _copy_is_unambiguous(doc, tokenizer):
+        if haystack is None or copy_is_unambiguous(doc, tokenizer):
             return doc
     raise RuntimeError(f"recall document seed {seed}: the haystack repeated a record's prefix in {_MAX_REDRAWS} "
                        "draws in a row; the corpus is too small or too repetitive for a corpus haystack")
@@ -228,7 +233,7 @@ def make_recall_doc(cfg: RecallConfig, seed: int, tokenizer=None, haystack=None,
 _MAX_REDRAWS = 50
 
 
-def _copy_is_unambiguous(doc: RecallDoc, tokenizer) -> bool:
+def copy_is_unambiguous(doc: RecallDoc, tokenizer) -> bool:
     """True when each record's prefix (``KEY=``) occurs before the query only at that record."""
     for (start, _), key, value in zip(doc.record_spans, doc.keys, doc.values):
         prefix = tokenizer.char_ids(query_prefix(doc.template, key))
