@@ -1,0 +1,116 @@
+"""Refocus rules measured on and off: the long-range sweep of one trained run, once per arm, on the same documents.
+
+Owns :func:`run_rule_ablation` and its Markdown (``scripts/mc_ablate.py``; obsidian Focus Allocator, "Which rules
+stay"). An *arm* is a name and a list of config overrides (``allocator.inference.edge_first=false``); arm
+``all rules`` is the run's own config. Every arm reads the same documents (one ``eval.draw_seed``), so each
+arm's difference from ``all rules`` is paired per document: a rule pays when switching it off loses
+documents, with a confidence interval that excludes zero. The draw should be a *validation* draw, never the
+one a report states: choosing rules on the reported documents would tune on the test set.
+
+Only ``focused`` is swept per arm (the rules change nothing else); ``all rules`` also sweeps ``salience`` and
+``oracle`` for reference.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from pathlib import Path
+
+from mc.config import RunConfig
+from mc.config_checks import validate
+from mc.eval.stats import fmt_ci, paired_diff_ci, proportion_ci
+
+BASELINE_ARM = "all rules"
+# Each rule of the long preset's refocus, switched off alone (a rule another one needs goes with it).
+DEFAULT_ARMS: dict[str, list[str]] = {
+    "one branch": ["allocator.inference.branches=1", "allocator.inference.branch_siblings=false",
+                   "allocator.inference.branch_unchanged=false"],
+    "no sibling branches": ["allocator.inference.branch_siblings=false"],
+    "no unchanged branch": ["allocator.inference.branch_unchanged=false"],
+    "branch margin 0": ["allocator.inference.branch_margin=0.0"],
+    "no edge first": ["allocator.inference.edge_first=false"],
+    "no descend first": ["allocator.inference.descend_first=false", "allocator.inference.branch_siblings=false"],
+}
+
+
+def parse_arm(text: str) -> tuple[str, list[str]]:
+    """``"name:key=value,key=value"`` -> (name, overrides); ValueError saying the expected form."""
+    name, sep, rest = text.partition(":")
+    overrides = [o.strip() for o in rest.split(",") if o.strip()]
+    if not sep or not name.strip() or not overrides or any("=" not in o for o in overrides):
+        raise ValueError(f"--arm {text!r} must look like 'name:key.path=value[,key.path=value...]'")
+    return name.strip(), overrides
+
+
+def arm_config(cfg: RunConfig, overrides: list[str]) -> RunConfig:
+    """A copy of ``cfg`` with ``overrides`` applied and validated (a bad key or value names itself)."""
+    from mc.app.bench import apply_overrides  # noqa: PLC0415 - the app layer's override parser, shared
+
+    return apply_overrides(copy.deepcopy(cfg), overrides)
+
+
+def run_rule_ablation(cfg: RunConfig, run_dir: str | Path, arms: dict[str, list[str]], *,
+                      progress: bool = False) -> dict:
+    """The sweep of ``run_dir``'s nets once per arm (plus :data:`BASELINE_ARM`); ``cfg.eval.draw_seed`` must be
+    set (the documents every arm reads). Returns ``{draw_seed, arms, tasks, lengths, cells, diffs, seconds}``."""
+    from mc.eval.evaluate import load_trained_controller  # noqa: PLC0415 - heavy imports only when run
+    from mc.eval.long_range import run_long_range  # noqa: PLC0415
+
+    if cfg.eval.draw_seed is None:
+        raise ValueError("run_rule_ablation needs eval.draw_seed set: every arm must read the same documents")
+    if not cfg.eval.long_range.multiples:
+        raise ValueError("run_rule_ablation needs eval.long_range.multiples (the sweep's lengths); it is empty")
+    if BASELINE_ARM in arms:
+        raise ValueError(f"arm name {BASELINE_ARM!r} is the run's own config; name the arm differently")
+    t0 = time.time()
+    configs = {BASELINE_ARM: validate(copy.deepcopy(cfg))}
+    configs.update({name: arm_config(cfg, ov) for name, ov in arms.items()})  # all validated before any sweep
+    rows: dict[str, list[dict]] = {}
+    sweep = None
+    for name, acfg in configs.items():
+        acfg.eval.long_range.variants = ["focused", "salience", "oracle"] if name == BASELINE_ARM else ["focused"]
+        ctrl = load_trained_controller(acfg, run_dir)
+        if progress:
+            print(f"[ablate] {name}: {' '.join(arms.get(name, [])) or 'the run config'}", flush=True)
+        sweep = run_long_range(ctrl, acfg, progress=progress)
+        rows[name] = sweep["rows"]
+    key = lambda r: (r["task"], r["length"], r["depth"], r["doc"])  # noqa: E731 - one document
+    base = {key(r): r for r in rows[BASELINE_ARM]}
+    cells, diffs = [], []
+    for name in configs:
+        for task in sweep["tasks"]:
+            for length in sweep["lengths"]:
+                sel = [r for r in rows[name] if (r["task"], r["length"]) == (task, length)]
+                variants = ["focused", "salience", "oracle"] if name == BASELINE_ARM else ["focused"]
+                for v in variants:
+                    ci = proportion_ci([r["exact"][v] for r in sel])
+                    cells.append({"arm": name, "task": task, "length": length, "variant": v, "accuracy": ci["mean"],
+                                  "lo": ci["lo"], "hi": ci["hi"], "n": ci["n"]})
+            if name != BASELINE_ARM:
+                sel = [r for r in rows[name] if r["task"] == task]
+                d = paired_diff_ci([float(r["exact"]["focused"]) for r in sel],
+                                   [float(base[key(r)]["exact"]["focused"]) for r in sel])
+                diffs.append({"arm": name, "task": task, "overrides": arms[name], **d})
+    return {"draw_seed": cfg.eval.draw_seed, "arms": {BASELINE_ARM: [], **arms}, "tasks": sweep["tasks"],
+            "lengths": sweep["lengths"], "base_window": sweep["base_window"], "cells": cells, "diffs": diffs,
+            "seconds": round(time.time() - t0, 1)}
+
+
+def ablation_markdown(res: dict) -> str:
+    """Per task: focused accuracy per arm and length, and the arm's paired difference from all rules."""
+    w = res["base_window"]
+    out = [f"Documents: eval.draw_seed={res['draw_seed']} (every arm reads the same ones); {res['seconds']} s.", ""]
+    for task in res["tasks"]:
+        out += [f"**{task}**", "", "| arm | " + " | ".join(f"{n // w}x" for n in res["lengths"])
+                + " | focused - all rules [95% CI] |", "|---" * (len(res["lengths"]) + 2) + "|"]
+        for arm in res["arms"]:
+            variants = ["focused", "salience", "oracle"] if arm == BASELINE_ARM else ["focused"]
+            for v in variants:
+                cs = [next(c for c in res["cells"] if (c["arm"], c["task"], c["length"], c["variant"]) ==
+                           (arm, task, n, v)) for n in res["lengths"]]
+                d = next((x for x in res["diffs"] if (x["arm"], x["task"]) == (arm, task)), None)
+                label = arm if v == "focused" else f"{arm} ({v})"
+                out.append(f"| {label} | " + " | ".join(f"{c['accuracy']:.0%} ({c['n']})" for c in cs)
+                           + f" | {fmt_ci(d) if d else '-'} |")
+        out.append("")
+    return "\n".join(out)

@@ -1,0 +1,67 @@
+"""Refocus rules on and off (mc.eval.rule_ablation, scripts/mc_ablate.py) on tiny untrained nets."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mc.config import to_dict
+from mc.eval.rule_ablation import BASELINE_ARM, ablation_markdown, parse_arm, run_rule_ablation
+from scripts.mc_ablate import main as ablate_main
+from tests.test_eval import fake_run, tiny_cfg
+
+
+def _cfg():
+    cfg = tiny_cfg(n_docs=1)
+    lr = cfg.eval.long_range
+    lr.multiples, lr.depths, lr.n_per_cell, lr.n_needles = [2], [0.1, 0.9], 2, 3
+    cfg.eval.draw_seed = 11
+    return cfg
+
+
+def test_arms_read_the_same_documents_and_pair_per_document(tmp_path):
+    """A no-op arm (the run's own value) differs from all rules by exactly 0 on every document; an arm that
+    changes the refocus is swept on the very same documents; the baseline also sweeps salience and oracle."""
+    cfg = _cfg()
+    arms = {"same": ["allocator.inference.iterations=" + str(cfg.allocator.inference.iterations)],
+            "one iteration": ["allocator.inference.iterations=1", "allocator.inference.max_edits=1"]}
+    res = run_rule_ablation(cfg, fake_run(tmp_path, cfg), arms)
+    assert list(res["arms"]) == [BASELINE_ARM, "same", "one iteration"] and res["draw_seed"] == 11
+    assert res["tasks"] == ["passkey", "multi_needle"] and res["lengths"] == [256]
+    base_cells = [c for c in res["cells"] if c["arm"] == BASELINE_ARM]
+    assert {c["variant"] for c in base_cells} == {"focused", "salience", "oracle"}
+    assert {c["variant"] for c in res["cells"] if c["arm"] != BASELINE_ARM} == {"focused"}
+    assert all(c["n"] == 4 for c in res["cells"])  # 2 depths x 2 documents per task and length
+    same = [d for d in res["diffs"] if d["arm"] == "same"]
+    assert len(same) == 2 and all(d["mean"] == 0.0 and d["lo"] == 0.0 == d["hi"] for d in same)
+    assert {(d["arm"], d["task"]) for d in res["diffs"]} == {(a, t) for a in arms for t in res["tasks"]}
+    md = ablation_markdown(res)
+    assert "eval.draw_seed=11" in md and "| one iteration |" in md and f"| {BASELINE_ARM} (oracle) |" in md
+
+
+def test_bad_arms_are_refused():
+    with pytest.raises(ValueError, match="name:key.path=value"):
+        parse_arm("no edge first")
+    with pytest.raises(ValueError, match="name:key.path=value"):
+        parse_arm("x:edge_first")
+    cfg = _cfg()
+    with pytest.raises(ValueError, match="all rules"):
+        run_rule_ablation(cfg, "unused", {BASELINE_ARM: ["allocator.inference.iterations=1"]})
+    cfg.eval.draw_seed = None
+    with pytest.raises(ValueError, match="draw_seed"):
+        run_rule_ablation(cfg, "unused", {})
+
+
+def test_cli_writes_json_and_markdown(tmp_path, capsys):
+    cfg = _cfg()
+    cfg.eval.draw_seed = None
+    run = fake_run(tmp_path, cfg)
+    (run / "config.json").write_text(json.dumps(to_dict(cfg)))
+    arm = "one iteration:allocator.inference.iterations=1,allocator.inference.max_edits=1"
+    assert ablate_main(["--run-dir", str(run), "--draw-seed", "3", "--arm", arm, "--quiet"]) == 0
+    res = json.loads((run / "eval" / "ablation.json").read_text())
+    assert res["draw_seed"] == 3 and list(res["arms"]) == [BASELINE_ARM, "one iteration"]
+    assert "| one iteration |" in (run / "eval" / "ablation.md").read_text()
+    # a bad arm fails at once with one line and exit 2, before any sweep
+    assert ablate_main(["--run-dir", str(run), "--arm", "x:allocator.inference.no_such_rule=1"]) == 2
+    assert "mc_ablate: error:" in capsys.readouterr().err
