@@ -119,9 +119,6 @@ class FocusAllocator:
         self.clock = 0  # refocuses completed
         self._expanded_into: dict[Entry, int] = {}  # child node -> clock of the expand that made it
         self._collapsed_into: dict[Entry, int] = {}  # parent node -> clock of the collapse that made it
-        # LOD0 entries a running refocus trades away last (allocator.inference.keep_lod0; mc.refocus sets and clears
-        # it): its expansions are paid for by collapsing gist groups first; appends are unaffected
-        self.keep: frozenset[Entry] = frozenset()
 
     def copy(self) -> "FocusAllocator":
         """An independent copy of the cooldown state (the config is shared): sessions edit a copy
@@ -129,7 +126,6 @@ class FocusAllocator:
         new = object.__new__(FocusAllocator)
         new.cfg, new.clock = self.cfg, self.clock
         new._expanded_into, new._collapsed_into = dict(self._expanded_into), dict(self._collapsed_into)
-        new.keep = self.keep
         return new
 
     # ------------------------------------------------------------------ cooldown
@@ -200,8 +196,6 @@ class FocusAllocator:
         cheapest group when ``z_gist - z_group >= trade_margin_z``."""
         K, cfg = wc.block_size, self.cfg
         z_gist, groups = self.relative_view(wc, s)
-        if self.keep:  # gist groups pay first; a kept LOD0 group only when none can (a group is all kept or none)
-            groups = [g for g in groups if wc[g[1]] not in self.keep] + [g for g in groups if wc[g[1]] in self.keep]
         open_ = {i: z for i, z in z_gist.items() if not self.expand_blocked(wc[i])}
         top = set(heapq.nsmallest(cfg.expand_top, open_, key=lambda i: (-open_[i], i)))  # the leaders, however flat
         cands = sorted((-z, i) for i, z in open_.items() if z >= cfg.expand_z or (i in top and z > 0))

@@ -137,12 +137,13 @@ class AllocatorInferenceConfig:
     # own zoom passed over when it descended (the runner-up under each gist it opened), so a queried record beside a
     # distractor under one coarse gist gets a path too (obsidian Focus Allocator, "Sibling branches"). false = off.
     branch_siblings: bool = False
-    # With branches > 1: the starting layout (no edit) is a candidate too, tried last on the same rule (a zoom can
-    # trade away a record already at LOD0; obsidian Focus Allocator, "Unchanged branch"). false = off.
+    # With branches > 1: the starting layout (no edit) is a candidate too, tried last on the same rule (it replaces
+    # LensNet's zoom only when the base fits the newest tokens branch_margin nats better under it, and a later path
+    # only when better still). Why: a zoom pays for its expansions by trading the cheapest groups, and when the
+    # question's record is already at LOD0 (a record near the end of a short history) that block can be the
+    # cheapest; the question is then read worse after the refocus than before (obsidian Focus Allocator,
+    # "Unchanged branch"). false = off.
     branch_unchanged: bool = False
-    # policy relative: a refocus trades away a group that was at LOD0 when it began only when no gist group can pay
-    # for the expansion (obsidian Focus Allocator, "Keep LOD0"). false = off (the cheapest group pays, whatever it is).
-    keep_lod0: bool = False
     # once a zoom has opened a block to LOD0, its next expansion is the gist bordering that block that LensNet scores
     # highest, not the best-scored gist anywhere (same edit budget): a record across two blocks is opened whole
     # instead of being left half a gist (obsidian Focus Allocator, "Edge first").

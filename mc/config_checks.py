@@ -119,7 +119,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         _positive(f"allocator.inference.{k}", getattr(al.inference, k))
     _positive("allocator.inference.edit_budget", al.inference.edit_budget, 0, " (0 = iterations * max_edits)")
     _positive("allocator.inference.branch_tail_tokens", al.inference.branch_tail_tokens)
-    for k in ("edge_first", "descend_first", "branch_siblings", "branch_unchanged", "keep_lod0"):
+    for k in ("edge_first", "descend_first", "branch_siblings", "branch_unchanged"):
         if not isinstance(getattr(al.inference, k), bool):
             _fail(f"allocator.inference.{k}", getattr(al.inference, k), "expected true or false")
     if isinstance(al.inference.edge_sides, bool) or al.inference.edge_sides not in (1, 2):

@@ -140,8 +140,6 @@ def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn)
     """A whole refocus (see the module docstring): zoom, branches, one cooldown tick. Returns its record
     (``branch``: the path kept; ``branch_fits``: per path tried, empty with one branch)."""
     inf = s.cfg.allocator.inference
-    if inf.keep_lod0:  # every path of this refocus (branches start from the copy below) keeps them
-        s.allocator.keep = frozenset(e for e in s.wc.entries if e[0] == 0)
     start_wc, start_allocator = s.wc.copy(), s.allocator.copy()
     # the base's fit of the newest tokens before any edit: the unchanged layout's candidacy
     start_fit = tail_fit_fn() if inf.branches > 1 and inf.branch_unchanged else None
@@ -168,7 +166,6 @@ def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn)
                 record.branch = len(record.branch_fits) - 1
         best, s.wc, s.allocator = kept
         record.iterations, record.edits = best.iterations, best.edits
-    s.allocator.keep = frozenset()
     s.allocator.end_refocus()
     s.tokens_since_refocus = 0
     s.refocus_log.append(record)

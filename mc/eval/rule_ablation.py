@@ -21,8 +21,7 @@ from mc.config_checks import validate
 from mc.eval.stats import fmt_ci, paired_diff_ci, proportion_ci
 
 BASELINE_ARM = "all rules"
-# Each rule of the long preset's refocus, switched off alone (a rule another one needs goes with it), and the
-# keep-LOD0 trade order switched on.
+# Each rule of the long preset's refocus, switched off alone (a rule another one needs goes with it).
 DEFAULT_ARMS: dict[str, list[str]] = {
     "one branch": ["allocator.inference.branches=1", "allocator.inference.branch_siblings=false",
                    "allocator.inference.branch_unchanged=false"],
@@ -31,7 +30,6 @@ DEFAULT_ARMS: dict[str, list[str]] = {
     "branch margin 0": ["allocator.inference.branch_margin=0.0"],
     "no edge first": ["allocator.inference.edge_first=false"],
     "no descend first": ["allocator.inference.descend_first=false", "allocator.inference.branch_siblings=false"],
-    "keep LOD0": ["allocator.inference.keep_lod0=true"],
 }
 
 
