@@ -29,7 +29,6 @@ from torch import Tensor
 from mc.config import HAYSTACKS
 
 KEY_ALPHABET = string.ascii_uppercase
-__all__ = ["HAYSTACKS", "KEY_ALPHABET", "CorpusHaystack", "check_template", "draw_keys"]
 DEFAULT_TEMPLATE = "{k}={v}"
 
 
@@ -92,8 +91,6 @@ class CorpusHaystack:
     """Filler cut from one split of a corpus: ``n`` consecutive tokens of its cyclic token stream at an
     offset drawn from the document's own rng. BOS/EOS between corpus documents become newlines, so a
     filler never holds a token the model reads as a document boundary."""
-
-    name = "corpus"
 
     def __init__(self, stream, tokenizer):
         self.stream = stream  # mc.data.loader.TokenStream over the split's documents

@@ -188,11 +188,18 @@ def corpus_haystack(cfg: DataConfig, split: str, tokenizer=None, *, max_files: i
     (the default filler), else a :class:`CorpusHaystack` over ``cfg``'s corpus (stdlib or files) of that split."""
     if cfg.recall.haystack == "words":
         return None
-    if cfg.source == "recall":
+    corpus = None if cfg.source == "recall" else make_source(cfg, split, max_files=max_files, tokenizer=tokenizer)
+    return _haystack_over(cfg.recall, corpus, tokenizer)
+
+
+def _haystack_over(recall_cfg: RecallConfig, corpus: CorpusSource | None, tokenizer) -> CorpusHaystack | None:
+    """None for the word filler, else a corpus haystack over ``corpus`` (the whole split, before any sharding)."""
+    if recall_cfg.haystack == "words":
+        return None
+    if corpus is None:
         raise ValueError("data.recall.haystack=corpus needs a corpus to cut filler from, but data.source=recall has "
                          "none; use data.source=stdlib or files, or data.recall.haystack=words")
-    tokenizer = tokenizer or ByteTokenizer()
-    return CorpusHaystack(make_source(cfg, split, max_files=max_files, tokenizer=tokenizer).stream, tokenizer)
+    return CorpusHaystack(corpus.stream, tokenizer or ByteTokenizer())
 
 
 def sample_batch(source, seq_len: int, batch_size: int, generator: torch.Generator | None = None) -> Tensor:
@@ -239,13 +246,8 @@ class Stage2Sampler:
             raise ValueError(f"recall_mix={recall_mix!r} is invalid: expected a number in [0, 1]")
         check_split(split)
         self.corpus = corpus
-        haystack = None
-        if recall_cfg.haystack == "corpus":
-            if corpus is None:
-                raise ValueError("data.recall.haystack=corpus needs a corpus to cut filler from; data.source=recall "
-                                 "has none (use data.source=stdlib or files, or data.recall.haystack=words)")
-            haystack = CorpusHaystack(corpus.stream, tokenizer or ByteTokenizer())  # the whole split, before sharding
-        self.recall = RecallSource(recall_cfg, split, tokenizer, shifted_min=shifted_min, haystack=haystack)
+        self.recall = RecallSource(recall_cfg, split, tokenizer, shifted_min=shifted_min,
+                                   haystack=_haystack_over(recall_cfg, corpus, tokenizer))
         self.recall_mix = float(recall_mix)
 
     def shard(self, rank: int, world: int) -> "Stage2Sampler":

@@ -22,11 +22,8 @@ import zlib
 
 from mc.config import LONG_TASKS
 from mc.data.haystack import DEFAULT_TEMPLATE, check_template, draw_keys, query_prefix, record_len, record_text
-from mc.data.recall import VALUE_ALPHABET, RecallDoc, assemble_ids, copy_is_unambiguous
+from mc.data.recall import VALUE_ALPHABET, RecallDoc, assemble_ids, draw_unambiguous
 from mc.data.tokenizer import ByteTokenizer
-
-_MAX_REDRAWS = 50  # as mc.data.recall: a corpus haystack that repeats a needle's prefix draws the document again
-
 
 def make_long_doc(task: str, length: int, depth: float, seed: int, *, key_len: int, value_len: int,
                   n_needles: int = 4, tokenizer=None, template: str = DEFAULT_TEMPLATE, haystack=None,
@@ -45,7 +42,6 @@ def make_long_doc(task: str, length: int, depth: float, seed: int, *, key_len: i
     if n < 1:
         raise ValueError(f"multi_needle needs n_needles >= 1, got {n_needles}")
     rec_len = record_len(template, key_len, value_len)
-    prefix_len = rec_len - value_len
     history = length - 1 - rec_len  # tokens before the query "\nPREFIXVALUE", BOS included
     if history < 1 + n * (rec_len + 2) + 8:
         raise ValueError(f"a {task} document of {length} tokens cannot hold {n} needle(s) of {rec_len + 2} tokens "
@@ -55,18 +51,13 @@ def make_long_doc(task: str, length: int, depth: float, seed: int, *, key_len: i
     if template != DEFAULT_TEMPLATE or near_decoys:  # the default documents keep the seed they always had
         key = key + (template, near_decoys)
     rng = random.Random(zlib.crc32(repr(key).encode()))
-    for _ in range(_MAX_REDRAWS):
-        doc = _draw(task, length, depth, int(seed), rng, n, key_len, value_len, template, history, tokenizer,
-                    haystack, near_decoys)
-        if haystack is None or copy_is_unambiguous(doc, tokenizer):
-            return doc
-    raise RuntimeError(f"{task} document seed {seed}: the haystack repeated a needle's prefix in {_MAX_REDRAWS} draws "
-                       "in a row; the corpus is too small or too repetitive for a corpus haystack")
+    return draw_unambiguous(lambda: _draw(task, length, depth, int(seed), rng, n, key_len, value_len, template, rec_len,
+                                          history, tokenizer, haystack, near_decoys),
+                            haystack, tokenizer, f"{task} document seed {seed}")
 
 
-def _draw(task, length, depth, seed, rng, n, key_len, value_len, template, history, tokenizer, haystack,
+def _draw(task, length, depth, seed, rng, n, key_len, value_len, template, rec_len, history, tokenizer, haystack,
           near_decoys) -> RecallDoc:
-    rec_len = record_len(template, key_len, value_len)
     taken: set[str] = set()
     if task == "passkey":
         keys = [("P" + "K" * (key_len - 1))[:key_len]]

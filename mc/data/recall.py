@@ -115,7 +115,8 @@ def check_recall_config(cfg: RecallConfig) -> None:
         raise ValueError(f"recall.haystack={cfg.haystack!r} is invalid: expected one of {', '.join(HAYSTACKS)}")
     if not cfg.templates:
         raise ValueError("recall.templates is empty: give at least one record template, e.g. ['{k}={v}']")
-    for t in [*cfg.templates, *([cfg.eval_template] if cfg.eval_template else [])]:
+    templates = [*cfg.templates, *([cfg.eval_template] if cfg.eval_template else [])]
+    for t in templates:
         check_template(t)
     if cfg.eval_template in cfg.templates:
         raise ValueError(f"recall.eval_template={cfg.eval_template!r} is also a training template; a held-out "
@@ -130,7 +131,6 @@ def check_recall_config(cfg: RecallConfig) -> None:
     if cfg.near_decoys and cfg.n_records - 1 > min(key_lens) * (len(KEY_ALPHABET) - 1):
         raise ValueError(f"recall.near_decoys: {cfg.n_records - 1} keys one letter away from a {min(key_lens)}-letter "
                          "key do not exist; lower n_records or raise key_len")
-    templates = [*cfg.templates, *([cfg.eval_template] if cfg.eval_template else [])]
     rec = max(record_len(t, kl, cfg.value_len) for t in templates for kl in key_lens)
     region = int(cfg.doc_tokens * cfg.records_region)
     need = 1 + cfg.n_records * (rec + 2)  # BOS + "\nRECORD\n" each
@@ -218,19 +218,26 @@ def make_recall_doc(cfg: RecallConfig, seed: int, tokenizer=None, haystack=None,
     check_recall_config(cfg)
     if cfg.haystack == "corpus" and haystack is None:
         raise ValueError("recall.haystack=corpus needs a haystack: build one with "
-                         "mc.data.haystack.corpus_haystack(data_cfg, split)")
+                         "mc.data.loader.corpus_haystack(data_cfg, split)")
     rng = random.Random(int(seed))
-    for _ in range(_MAX_REDRAWS):
-        doc = _draw_recall_doc(cfg, rng, int(seed), tokenizer, haystack, template)
-        if haystack is None or copy_is_unambiguous(doc, tokenizer):
-            return doc
-    raise RuntimeError(f"recall document seed {seed}: the haystack repeated a record's prefix in {_MAX_REDRAWS} "
-                       "draws in a row; the corpus is too small or too repetitive for a corpus haystack")
+    return draw_unambiguous(lambda: _draw_recall_doc(cfg, rng, int(seed), tokenizer, haystack, template),
+                            haystack, tokenizer, f"recall document seed {seed}")
 
 
 # A corpus haystack can by chance hold a record's own prefix ("AB=" in real code): the document is drawn again
 # from the same rng, so it stays fixed by its seed. Word filler never can (no capitals), so it is never checked.
 _MAX_REDRAWS = 50
+
+
+def draw_unambiguous(draw, haystack, tokenizer, what: str) -> RecallDoc:
+    """``draw()`` until :func:`copy_is_unambiguous` (at once without a haystack); RuntimeError naming ``what``
+    after ``_MAX_REDRAWS`` ambiguous draws in a row."""
+    for _ in range(_MAX_REDRAWS):
+        doc = draw()
+        if haystack is None or copy_is_unambiguous(doc, tokenizer):
+            return doc
+    raise RuntimeError(f"{what}: the haystack repeated a record's prefix in {_MAX_REDRAWS} draws in a row; the "
+                       "corpus is too small or too repetitive for a corpus haystack")
 
 
 def copy_is_unambiguous(doc: RecallDoc, tokenizer) -> bool:
