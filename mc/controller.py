@@ -11,12 +11,10 @@ telemetry live in their own modules; this class wires them and owns three helper
 * ``_lensnet_allocator_scores(mwc, num_tokens)``: the inference allocator path, one call per
   allocator iteration, padded to a bucket of ``mc.bucket_ladder``.
 
-Each helper clones the net's output exactly once, right there, before anything can keep it:
-under CUDA graph trees a raw output lives in the graph pool and a later replay overwrites it.
-Step marks (``torch.compiler.cudagraph_mark_step_begin``) have one owner, the :class:`StepMarker`,
-and are requested at step boundaries only: after the backward of a training micro-step
-(:meth:`end_micro_step`), and before each inference call, whose predecessor's outputs were
-already cloned. See obsidian "Compiled boundary".
+Each helper clones the net's output exactly once, right there: under CUDA graph trees a raw output lives in
+the graph pool and a later replay overwrites it. Step marks (``torch.compiler.cudagraph_mark_step_begin``) have
+one owner, the :class:`StepMarker`, and come at step boundaries only: after a training micro-step's backward
+(:meth:`end_micro_step`) and before each inference call. See obsidian "Compiled boundary".
 """
 from __future__ import annotations
 
@@ -24,7 +22,8 @@ import torch
 from torch import Tensor
 from torch.autograd.profiler import record_function
 
-from mc.compile.boundary import CompiledNet, StepMarker, apply_recompile_limit, freeze, recompile_limit_for, reentrance_reason
+from mc.compile.boundary import (CompiledNet, StepMarker, apply_recompile_limit, freeze, grads_outside_graph_pool,
+                                 recompile_limit_for, reentrance_reason)
 from mc.compile.telemetry import Telemetry
 from mc.config import RunConfig
 from mc.inputs import finite_logits, token_batch, token_ids
@@ -150,11 +149,12 @@ class MCController:
         return self.run_step(self.prepare_step(ids_bt, generator, focus_spans, decoy_spans=decoy_spans))
 
     def run_step(self, plan: StepPlan) -> TrainStepOutput:
-        """Device half of a micro-step: no host-device sync (obsidian "Training"). The phases carry
-        profiler labels (``mc.step.*``: a no-op without a profiler) for the step profile (scripts/mc_step_profile.py)."""
+        """Device half of a micro-step: no host-device sync; phases carry ``mc.step.*`` profiler labels (obsidian Training)."""
         mc, w = self.cfg.mc, self.train_bucket
         if plan.index.shape[1] != w:
             raise ValueError(f"run_step: the plan is padded to {plan.index.shape[1]} entries, training uses {w}")
+        if self.cudagraphs_possible and torch.is_grad_enabled():
+            grads_outside_graph_pool(self.aux_parameters())
         p = plan.to(self.device)
         b, v, t = p.batch, p.variants, p.ids.shape[1]
         with record_function("mc.step.gistnet"):

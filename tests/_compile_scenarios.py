@@ -66,6 +66,21 @@ def _calls(c: MCController, net: str, ctx: str) -> int:
     return net_calls(c)[f"{net}/{ctx}"]
 
 
+def _capture_train_gists(c: MCController) -> list:
+    """Wrap ``c``'s GistNet helper (an instance attribute: ``del c._run_gistnet`` undoes it) so that every
+    training-context gist tensor it returns is appended to the returned list."""
+    kept: list = []
+    helper = c._run_gistnet
+
+    def run(blocks, context):
+        out = helper(blocks, context)
+        if context == "train":
+            kept.append(out)
+        return out
+    c._run_gistnet = run
+    return kept
+
+
 def held_outputs(c: MCController, e: MCController, device: torch.device, tol: float) -> dict:
     """Keep A, run B, C, D with different inputs, then check A (snapshot and eager twin)."""
     spy = RawSpy(c).install()
@@ -108,32 +123,27 @@ def held_outputs(c: MCController, e: MCController, device: torch.device, tol: fl
         helper_call("gistnet", "inference", lambda b=blocks: c.gist_blocks(b))
     check("gistnet_inference", ga, ga_snap, ga_eager)
 
-    # GistNet, training helper (32 blocks without grad: the level-1 shape of train_step), each
-    # call followed by its backward so a CUDA-graph generation never stays open.
-    blocks_a = torch.randn(32, K, D, generator=g).to(device)
-    gt = helper_call("gistnet", "train", lambda: c.gist_blocks(blocks_a, train=True))
-    gt_snap, gt_eager = gt.detach().clone(), e.gist_blocks(blocks_a, train=True).detach()
-    gt.sum().backward()
-    c.end_micro_step()
-    for _ in range(3):
-        blocks = torch.randn(32, K, D, generator=g).to(device)
-        helper_call("gistnet", "train", lambda b=blocks: c.gist_blocks(b, train=True)).sum().backward()
-        c.end_micro_step()
-    check("gistnet_train", gt.detach(), gt_snap, gt_eager)
-
-    # LensNet, training helper, through full micro-steps (the real training path).
+    # LensNet and GistNet training helpers, through full micro-steps (the real training path; a GistNet
+    # train call with a backward of its own is a CUDA-graph tree path that training never takes, so warm-up
+    # never records it and the first GPU run counted its recording after warm-up). Kept from micro-step A:
+    # the scores and the level-1 gists as the GistNet helper returned them.
     ids = torch.randint(0, 256, (4, 2, 64), generator=g)
     gen_c, gen_e = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    gists_c, gists_e = _capture_train_gists(c), _capture_train_gists(e)
     out_a = helper_call("lensnet", "train", lambda: c.train_step(ids[0], gen_c))
     out_a.total.backward()
     c.end_micro_step()
-    sa = out_a.scores
-    sa_snap, sa_eager = sa.detach().clone(), e.train_step(ids[0], gen_e).scores.detach()
+    sa, ga = out_a.scores, gists_c[0]
+    sa_snap, ga_snap = sa.detach().clone(), ga.detach().clone()
+    sa_eager = e.train_step(ids[0], gen_e).scores.detach()
+    ga_eager = gists_e[0].detach()
+    del c._run_gistnet, e._run_gistnet  # back to the class's helper
     for k in range(1, 4):
         out = c.train_step(ids[k], gen_c)
         out.total.backward()
         c.end_micro_step()
     check("lensnet_train", sa.detach(), sa_snap, sa_eager)
+    check("gistnet_train", ga.detach(), ga_snap, ga_eager)
     report["raw_spy_calls"] = len(report["raw_returned"])
     spy.uninstall()
     return report
@@ -235,6 +245,12 @@ def steady_loop(c: MCController, device: torch.device) -> dict:
     return rep
 
 
+def _steady_recordings(c: MCController):
+    """CUDA-graph recordings since warm-up ended (None where the monitor cannot see them)."""
+    steady_ = c.telemetry.monitor.snapshot().get("steady") or {}
+    return steady_.get("cudagraph_recordings")
+
+
 def steady(mode: str, device_name: str) -> dict:
     device = torch.device(device_name)
     tol = 1e-4 if device.type == "cpu" else 2e-3
@@ -249,9 +265,13 @@ def steady(mode: str, device_name: str) -> dict:
     res["warmup_s"] = round(time.perf_counter() - t0, 2)
     res["mem_after_warmup"] = cuda_memory(device)
     t1 = time.perf_counter()
+    # CUDA-graph recordings after warm-up, counted after each phase: says which phase recorded (if any)
     res["held"] = held_outputs(c, e, device, tol)
+    res["recordings_after"] = {"held": _steady_recordings(c)}
     res["parity"] = parity(c, e, device, tol)
+    res["recordings_after"]["parity"] = _steady_recordings(c)
     res["loop"] = steady_loop(c, device)
+    res["recordings_after"]["loop"] = _steady_recordings(c)
     res["steady_s"] = round(time.perf_counter() - t1, 2)
     snap = c.telemetry.snapshot()
     comp = snap.get("compile", {})  # absent when nothing compiles (mode "off": the eager reference)

@@ -132,7 +132,8 @@ def test_gpu_reduce_overhead_records_graphs_only_in_warmup_and_stays_flat():
     assert warm["cudagraph_recordings"] > 0, warm
     assert warm["cudagraph_skips"] == 0 and steady["cudagraph_skips"] == 0, (warm["cudagraph_skip_reasons"],
                                                                                steady["cudagraph_skip_reasons"])
-    assert res["cudagraph"] == "ok", res["cudagraph"]
+    assert res["cudagraph"] == "ok", (res["cudagraph"], "recordings after warm-up, counted after each phase:",
+                                      res.get("recordings_after"))
     _assert_no_compiles_after_warmup(res)  # includes 0 recordings after warm-up
     _assert_loop_ran(res)
     _assert_held(res)  # an "overwritten by a subsequent run" error would have failed the scenario

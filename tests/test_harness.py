@@ -23,7 +23,7 @@ from mc.harness.cli import resolve_harness_config, split_harness_argv
 from mc.harness.run import run_harness
 from mc.harness.record import HarnessRecord
 from mc.harness.verdict import CHECK_NAMES, build_verdict, format_table
-from mc.harness.probes import RawSpy, max_rel_err, recompile_guards, storage_ptrs
+from mc.harness.probes import RawSpy, finite_flag, max_rel_err, nonfinite, recompile_guards, storage_ptrs
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "mc_compile_harness.py"
@@ -175,6 +175,10 @@ def test_small_helpers():
             "  triggered by the following guard failure(s):\n  - 0/0: tensor 'x' size mismatch at index 0")
     assert "size mismatch" in recompile_guards(text)
     assert recompile_guards("ValueError: bad shape") is None
+    flags = [("ok", finite_flag(torch.ones(3))), ("nan", finite_flag(torch.tensor([1.0, float("nan")]))),
+             ("inf", finite_flag(torch.tensor([float("inf")]))), ("ints", finite_flag(torch.arange(3)))]
+    assert all(f.numel() == 1 for _, f in flags)  # a flag is kept, never the tensor (flat memory)
+    assert nonfinite(flags) == ["nan", "inf"]
 
 
 def test_table_names_the_failed_check():

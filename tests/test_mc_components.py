@@ -316,6 +316,33 @@ def test_warmup_allocates_grads_outside_the_graph_pool_before_the_first_backward
     assert c.telemetry.counters.mark_requests["after backward"] == c.cfg.compile.warmup_iters
 
 
+def test_every_micro_step_allocates_missing_grads_before_the_nets_run(mark_log):
+    """Without warm-up (the bench's train step) and after a zero_grad(set_to_none=True) by hand, a micro-step
+    under CUDA graphs still gives every parameter its .grad before GistNet runs: a grad that a compiled backward
+    allocated would be a graph-pool tensor (on the first H100 run the bench's train step failed so)."""
+    c = _mock_controller(mark_log)
+    _force_marks(c)
+    seen: list = []
+    orig = c.compiled_gistnet.run
+
+    def spy(*args, **kwargs):
+        seen.append(all(p.grad is not None for p in c.aux_parameters()))
+        return orig(*args, **kwargs)
+
+    c.compiled_gistnet.run = spy
+    for _ in range(2):
+        for p in c.aux_parameters():
+            p.grad = None
+        _train_micro_step(c)
+    assert seen and all(seen)
+    with torch.no_grad():  # an evaluation forward allocates nothing
+        for p in c.aux_parameters():
+            p.grad = None
+        c.train_step(torch.randint(0, 256, (c.cfg.train.stage2.batch_size, c.cfg.mc.history_tokens)),
+                     torch.Generator().manual_seed(0))
+    assert all(p.grad is None for p in c.aux_parameters())
+
+
 def test_warmup_with_everything_off_runs_and_does_not_freeze():
     c = _mock_controller([])
     snap = c.warmup()  # nothing compiles: no monitor, so nothing to freeze (used to raise)

@@ -44,7 +44,7 @@ from mc.app.gpu_report import write_report
 ROOT = Path(__file__).resolve().parents[2]
 PARTS = ("tests", "sync", "harness", "bench", "overlap", "workflow")  # the order they run in ("all")
 OPT_IN_PARTS = ("smollm2",)  # run only when named: the model must be carried first (obsidian Runbook)
-# Caps: a guess until a GPU run measures them (--cap PART=S overrides); each part fits one 10-minute command.
+# Caps (--cap PART=S overrides); the first H100 run (obsidian Runbook) took 21-212 s a part, well inside them.
 CAPS_S = {"tests": 120, "sync": 210, "harness": 360, "bench": 480, "overlap": 30, "workflow": 360, "smollm2": 540}
 DRY_CAPS_S = {"tests": 120, "sync": 120, "harness": 240, "bench": 300, "workflow": 300, "overlap": 60, "smollm2": 300}
 MIN_USEFUL_S = 20  # a part with less time left than this is not started

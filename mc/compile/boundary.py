@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import torch
 from torch import nn
@@ -231,6 +231,15 @@ class StepMarker:
 
 
 # ---------------------------------------------------------------------------- recompile control
+def grads_outside_graph_pool(params: Iterable[nn.Parameter]) -> None:
+    """Give every trainable parameter without one a zero ``.grad``; call before a compiled backward under CUDA
+    graphs. A grad that backward allocates lives in the graph pool (warm-up runs allocate there too), is kept as
+    ``.grad``, and a later replay overwrites it: the first H100 run's bench train step (no warm-up) failed so."""
+    for p in params:
+        if p.requires_grad and p.grad is None:
+            p.grad = torch.zeros_like(p)
+
+
 def recompile_limit_for(n_buckets: int, n_modes: int, margin: int = 2) -> int:
     """Cache entries one code object needs: buckets x modes (grad mode x train/eval x autocast) + margin."""
     for k, v in (("n_buckets", n_buckets), ("n_modes", n_modes)):

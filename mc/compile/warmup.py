@@ -29,9 +29,6 @@ class WarmableController(Protocol):
     telemetry: Telemetry
     warmed_up: bool
 
-    @property
-    def cudagraphs_possible(self) -> bool: ...
-
     def aux_parameters(self) -> Iterable[torch.nn.Parameter]: ...
     def train_step(self, ids_bt: Tensor, generator: torch.Generator, focus_spans: Spans = None) -> TrainStepOutput: ...
     def end_micro_step(self) -> None: ...
@@ -48,13 +45,8 @@ def warm_up_controller(ctrl: WarmableController, generator: torch.Generator | No
     iters = comp.warmup_iters
     d, k = ctrl.cfg.model.d_model, mc.block_size
     if comp.is_on("train"):
-        if ctrl.cudagraphs_possible:
-            # Allocate .grad outside the CUDA-graph pool before the first compiled backward: a grad
-            # that a compiled backward allocates (warm-up runs inside the pool) would be stolen as
-            # .grad and overwritten by a later replay (obsidian "Compile notes"); zeroed in place after.
-            for p in ctrl.aux_parameters():
-                if p.requires_grad and p.grad is None:
-                    p.grad = torch.zeros_like(p)
+        # Under CUDA graphs train_step gives every parameter its .grad outside the graph pool first
+        # (boundary.grads_outside_graph_pool); the grads made here are zeroed in place after, never freed.
         b = ctrl.cfg.train.stage2.batch_size
         for _ in range(iters):
             # byte ids 0..255: valid for every vocabulary the project builds (and what the telemetry baselines used)

@@ -104,7 +104,7 @@ def salience_scores(s, question: tuple[int, int]) -> Tensor:
     history): the sum over the question's distinct tokens found in the entry's span of their inverse document
     frequency across entries, scaled so the best entry is 1 and no overlap is -1. Entries at or after the
     question's start score 0 (they are the question itself)."""
-    hist = s.history()  # [n]
+    hist = s.history().cpu()  # [n]: a host rule over host index tables (spans, counts)
     q = torch.unique(hist[question[0]:question[1]])  # [Q]
     wc = s.wc
     spans = torch.tensor([wc.span(i) for i in range(len(wc))], dtype=torch.long)  # [E, 2]

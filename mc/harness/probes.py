@@ -11,7 +11,7 @@ orchestration so each tool is small and testable on its own:
 - :func:`make_mwc`: a materialised working context in a private buffer (own storage per call,
   for the poison test's calls A, B, C, D).
 - :func:`max_rel_err` / :func:`worst_grad_err`: eager-parity metrics.
-- :func:`nonfinite`: which tracked tensors hold NaN/Inf.
+- :func:`finite_flag` / :func:`nonfinite`: a tracked tensor reduced to "all finite", and the names that were not.
 - :func:`cuda_memory`: the memory numbers the "flat after warm-up" check compares.
 - :func:`recompile_guards`: guard text out of a ``fail_on_recompile`` exception.
 - :func:`net_calls`: the controller's net calls per ``"net/context"`` (telemetry counters).
@@ -144,9 +144,17 @@ def worst_grad_err(got: dict[str, Tensor], ref: dict[str, Tensor]) -> tuple[floa
     return worst, where
 
 
-def nonfinite(tensors: Iterable[tuple[str, Tensor]]) -> list[str]:
-    """Names of the tracked tensors that contain NaN or Inf."""
-    return [name for name, t in tensors if t.is_floating_point() and not bool(torch.isfinite(t.detach()).all())]
+def finite_flag(t: Tensor) -> Tensor:
+    """``t`` reduced to one on-device bool: all finite. The harness keeps this, not ``t``: keeping every tracked
+    tensor (each round's gradient copies among them) grew device memory between rounds by the size of the
+    aux nets' gradients, which the flat-memory check then counted (first GPU run, 2026-11-26)."""
+    t = t.detach()
+    return torch.isfinite(t).all() if t.is_floating_point() else torch.ones((), dtype=torch.bool, device=t.device)
+
+
+def nonfinite(flags: Iterable[tuple[str, Tensor]]) -> list[str]:
+    """Names whose :func:`finite_flag` is False (one host read per flag, at the end of the run)."""
+    return [name for name, ok in flags if not bool(ok)]
 
 
 def cuda_memory(device: torch.device) -> dict[str, int] | None:

@@ -30,8 +30,8 @@ from typing import Any, Callable
 import torch
 
 from mc.config import RunConfig
-from mc.harness.probes import (RawSpy, copy_weights, cuda_memory, device_label, grads_of, make_mwc, max_rel_err,
-                               net_calls, nonfinite, recompile_guards, worst_grad_err)
+from mc.harness.probes import (RawSpy, copy_weights, cuda_memory, device_label, finite_flag, grads_of, make_mwc,
+                               max_rel_err, net_calls, nonfinite, recompile_guards, worst_grad_err)
 from mc.harness.record import INJECTIONS, MIN_MICRO_STEPS, N_REFOCUS, HarnessRecord
 from mc.harness.verdict import build_verdict
 
@@ -64,7 +64,7 @@ class HarnessRun:
         self.record = HarnessRecord(config_hash=compile_hash(cfg), device_type=self.device.type,
                                     device_label=device_label(self.device), compile_modes=dict(self.modes),
                                     strict=bool(strict), inject=inject, compile_budget_s=compile_budget_s)
-        self.tracked: list[tuple[str, torch.Tensor]] = []  # outputs tested for NaN/Inf at the end
+        self.tracked: list[tuple[str, torch.Tensor]] = []  # (name, finite flag) of every output tested for NaN/Inf
         self.data_gen = torch.Generator().manual_seed(cfg.train.seed)
         self.ctl = self.twin = self.spy = self.opt = self.telemetry = self.hook_flag = None
         self._strict_ctx = None
@@ -89,7 +89,7 @@ class HarnessRun:
             self.record.timings[name] = round(time.perf_counter() - t0, 3)
 
     def track(self, name: str, t: torch.Tensor) -> None:
-        self.tracked.append((name, t.detach()))
+        self.tracked.append((name, finite_flag(t)))
 
     def held_result(self, what: str, kept: torch.Tensor, copy_: torch.Tensor) -> None:
         """A kept output compared with the copy taken right after its call (the poison test)."""

@@ -110,9 +110,16 @@ class HFBase(nn.Module):
         n = _PARITY_TOKENS
         rows = min(int(self.tok_emb.weight.shape[0]), int(self.cfg.vocab_size))
         ids = torch.randint(0, rows, (1, n), generator=torch.Generator().manual_seed(0)).to(self.tok_emb.weight.device)
-        with torch.no_grad():
-            ref = hf_model(input_ids=ids).logits.float()  # [1, n, V]
-            ours = self(embeds=self.embed(ids))  # the working-context path, plain positions 0..n-1
+        # Full float32 matmuls for the check: under TF32 (the GPU training setting) two correct but differently
+        # ordered forwards already differ by ~1e-3 (SmolLM2 on an H100: 1.1e-3), which would hide the question.
+        precision = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision("highest")
+        try:
+            with torch.no_grad():
+                ref = hf_model(input_ids=ids).logits.float()  # [1, n, V]
+                ours = self(embeds=self.embed(ids))  # the working-context path, plain positions 0..n-1
+        finally:
+            torch.set_float32_matmul_precision(precision)
         tol = _PARITY_RTOL[self.dtype]
         rel = float((ours - ref).abs().max() / ref.abs().max().clamp_min(1e-6)) if ours.shape == ref.shape else float("inf")
         if not rel <= tol:  # also catches NaN
