@@ -287,6 +287,24 @@ def test_resume_with_other_model_shape_is_refused(base_dir, tmp_path):
         train_stage2(other, run, progress=False)
 
 
+def test_resume_with_another_lr_is_a_config_error_naming_the_old_value(base_dir, tmp_path):
+    """A changed learning rate on resume is a ConfigError (run10.sh prints it in one line, no traceback) that
+    names the key, the checkpoint's value and the ways out; steps may change."""
+    from mc.config import ConfigError  # noqa: PLC0415
+
+    cfg = tiny_cfg(s2_steps=2)
+    run = _with_base(base_dir, tmp_path / "run")
+    train_stage2(cfg, run, progress=False, stop_after=1)
+    lr = cfg.train.stage2.lr
+    other = dataclasses.replace(cfg, train=dataclasses.replace(
+        cfg.train, stage2=dataclasses.replace(cfg.train.stage2, lr=2 * lr)))
+    with pytest.raises(ConfigError, match=rf"then lr={lr!r}.*set them back.*delete"):
+        train_stage2(other, run, progress=False)
+    longer = dataclasses.replace(cfg, train=dataclasses.replace(
+        cfg.train, stage2=dataclasses.replace(cfg.train.stage2, steps=3)))
+    train_stage2(longer, run, progress=False)  # steps may change on resume
+
+
 def test_a_checkpoint_from_before_a_key_existed_resumes(base_dir, tmp_path):
     """A stage-2 checkpoint whose config lacks a key added to the code since (here mc.focus_loss_weight)
     resumes when the key holds its default, and is refused when it does not."""

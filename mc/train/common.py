@@ -17,7 +17,7 @@ from typing import Any, Callable
 import torch
 
 from mc.build import resolve_device
-from mc.config import RecallConfig, RunConfig, to_dict, with_defaults
+from mc.config import ConfigError, RecallConfig, RunConfig, to_dict, with_defaults
 from mc.data.hf_tokenizer import tokenizer_for
 from mc.data.loader import Stage2Sampler, make_source
 from mc.data.recall import fit_recall
@@ -93,20 +93,23 @@ _RESUMABLE_CHANGES = ("steps", "eval_every", "eval_batches", "ckpt_every")
 
 
 def check_resume_config(saved: dict, cfg: RunConfig, stage: str, path: Path) -> None:
-    """A checkpoint of another model shape cannot be resumed: say which key differs."""
+    """A checkpoint of another model shape or training setting cannot be resumed: a ConfigError (one line from
+    run10.sh, no traceback) naming the keys that differ and both ways out."""
     now = to_dict(cfg)
     saved = with_defaults(saved)  # keys added to the code since the checkpoint count as their defaults
     for section in ("model",) + (("gistnet", "lensnet", "mc") if stage == "stage2" else ()):
         if saved.get(section) != now[section]:
             diff = sorted(k for k in now[section] if saved.get(section, {}).get(k) != now[section][k])
-            raise ValueError(f"{path} was written with a different {section} config (keys {', '.join(diff)}); "
-                             f"use another run name or delete {path.parent} to retrain")
+            raise ConfigError(f"{path} was written with a different {section} config (keys {', '.join(diff)}); "
+                              f"use another run name or delete {path.parent} to retrain")
     old = {k: v for k, v in saved["train"][stage].items() if k not in _RESUMABLE_CHANGES}
     new = {k: v for k, v in now["train"][stage].items() if k not in _RESUMABLE_CHANGES}
     if old != new:
         diff = sorted(k for k in new if old.get(k) != new[k])
-        raise ValueError(f"{path} was written with different train.{stage} settings ({', '.join(diff)}); "
-                         f"only {', '.join(_RESUMABLE_CHANGES)} may change on resume")
+        was = ", ".join(f"{k}={old.get(k)!r}" for k in diff)
+        raise ConfigError(f"{path} was written with different train.{stage} settings (then {was}); only "
+                          f"{', '.join(_RESUMABLE_CHANGES)} may change on resume: set them back, use another run "
+                          f"name, or delete {path.parent} to retrain that stage")
 
 
 # ----------------------------------------------------------------------------- the parts both loops share
