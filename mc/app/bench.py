@@ -195,7 +195,7 @@ def _worker_main(args: argparse.Namespace) -> int:
     cfg = validate(from_dict(RunConfig, json.loads(Path(args.cfg).read_text())))
     res = run_worker(cfg, args.worker, phase=args.phase, cache_path=args.cache, reps=args.reps,
                      max_case_s=args.max_case_s, cases=args.cases)
-    Path(args.out).write_text(json.dumps(res, default=str))
+    write_text(args.out, json.dumps(res, default=str))
     return 0
 
 

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Sequence
 
 from mc.app.gpu_report import write_report
+from mc.io import write_text
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTS = ("tests", "sync", "harness", "bench", "overlap", "workflow")  # the order they run in ("all")
@@ -284,7 +285,7 @@ class Kit:
         res.update(part=part, cap_s=round(cap), env=self.env_info)
         path = self.out / "parts" / f"{part}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(res, indent=1, default=str) + "\n")
+        write_text(path, json.dumps(res, indent=1, default=str) + "\n")
         print(f"[gpu-check] {part}: {res['status']} ({res['seconds']} s)", flush=True)
         return res
 

@@ -14,6 +14,8 @@ import json
 import re
 from pathlib import Path
 
+from mc.io import write_text
+
 ORDER = ("tests", "sync", "harness", "bench", "overlap", "workflow", "smollm2")
 
 
@@ -131,6 +133,6 @@ def write_report(out: Path) -> tuple[Path, Path] | None:
            "parts": {p: {k: v for k, v in parts[p].items() if k != "env"} for p in ORDER if p in parts}}
     stem = Path(out) / f"{env.get('date')}-{slug}"
     json_path, md_path = Path(f"{stem}.json"), Path(f"{stem}.md")
-    json_path.write_text(json.dumps(rep, indent=1, default=str) + "\n")
-    md_path.write_text(_markdown(rep))
+    write_text(json_path, json.dumps(rep, indent=1, default=str) + "\n")
+    write_text(md_path, _markdown(rep))
     return json_path, md_path

@@ -24,6 +24,8 @@ from typing import Callable, Sequence
 
 import torch
 
+from mc.io import write_text
+
 
 def _timed(fn: Callable[[], None], device: torch.device, reps: int) -> float:
     """Median seconds of ``fn`` over ``reps`` calls after two unmeasured ones (synchronised on CUDA)."""
@@ -112,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = p.parse_args(argv)
     res = run(a.overrides, reps=a.reps)
     a.json.parent.mkdir(parents=True, exist_ok=True)
-    a.json.write_text(json.dumps(res, indent=1, default=str) + "\n")
+    write_text(a.json, json.dumps(res, indent=1, default=str) + "\n")
     t = res["timing"]
     print(f"[sync] meta audit {'PASS' if res['meta_audit']['passed'] else 'FAIL'}; cuda sync "
           f"{res['cuda_sync'].get('status') or ('PASS' if res['cuda_sync']['passed'] else 'FAIL')}; micro-step "

@@ -29,6 +29,7 @@ from typing import Sequence
 import torch
 
 from mc.config_loading import load_config
+from mc.io import write_text
 
 
 def _spin(ms: float) -> None:
@@ -151,8 +152,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.out is not None:
         a.out.mkdir(parents=True, exist_ok=True)
         stem = f"{time.strftime('%Y-%m-%d')}-{'gpu-host' if res['cuda'] else 'cpu'}-host-overlap"
-        (a.out / f"{stem}.json").write_text(json.dumps(res, indent=1) + "\n")
-        (a.out / f"{stem}.md").write_text(md)
+        write_text(a.out / f"{stem}.json", json.dumps(res, indent=1) + "\n")
+        write_text(a.out / f"{stem}.md", md)
         print(f"[host-overlap] wrote {a.out / stem}.json and .md")
     return 0
 
