@@ -23,7 +23,7 @@ from mc.nets.gpt import GPT, next_token_loss
 from mc.train.checkpoint import load_checkpoint
 from mc.train.common import make_sampler, read_metrics
 from mc.train.distributed import Dist, local_config, per_rank_batch
-from mc.train.launch import run_distributed
+from mc.train.launch import dies_with_parent, run_distributed
 from mc.train.optim import lr_at, make_optimizer, set_lr
 from mc.train.stage2 import DATA_SEED_OFFSET
 from test_train import tiny_cfg
@@ -256,6 +256,44 @@ def _workflow(tmp_path: Path, tag: str, *extra: str) -> subprocess.Popen:
 
 
 STEPS = 60  # stage-2 steps of the killed run and of its resume
+
+
+_PARENT = """
+import subprocess, sys, time
+from mc.train.launch import dies_with_parent
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], preexec_fn=dies_with_parent())
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only (None elsewhere)")
+def test_a_launched_child_dies_with_a_killed_launcher():
+    """The torchrun the workflow starts gets SIGTERM when the workflow is SIGKILLed (torchrun then stops its ranks):
+    here a stand-in child of a stand-in launcher."""
+    assert callable(dies_with_parent())
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT], stdout=subprocess.PIPE, text=True, env=subprocess_env())
+    child = int(parent.stdout.readline())
+    try:
+        os.kill(child, 0)  # alive before the kill
+        parent.kill()
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                break
+            if Path(f"/proc/{child}/stat").read_text().split()[2] == "Z":  # exited, not yet reaped (by init)
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("the child outlived its killed launcher by 10 s")
+    finally:
+        try:
+            os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def test_workflow_nproc2_survives_a_killed_rank_and_resumes(tmp_path):

@@ -34,6 +34,23 @@ class DistributedRunError(RuntimeError):
     """A torchrun launch of a training stage failed (a rank raised, died or timed out)."""
 
 
+def dies_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child receive SIGTERM when this process dies (Linux ``PR_SET_PDEATHSIG``),
+    or None where that does not exist. A workflow killed with SIGKILL cannot stop torchrun itself; torchrun stops
+    its ranks on SIGTERM, so without this the ranks would train on, orphaned, holding the run folder's lock."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, in the parent: the child only calls it
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig, sigterm = 1, int(signal.SIGTERM)
+    return lambda: prctl(pr_set_pdeathsig, sigterm)
+
+
 def torchrun_command(stage: str, launch_file: str | os.PathLike, nproc: int) -> list[str]:
     """``torchrun --standalone --nproc_per_node N`` (as ``python -m torch.distributed.run``, so the
     same interpreter and environment run every rank) around this module's :func:`main`."""
@@ -74,7 +91,8 @@ def run_distributed(stage: str, cfg: RunConfig, run_dir: str | os.PathLike, npro
     cmd = torchrun_command(stage, launch, nproc)
     print(f"[run10] {stage}: torchrun --standalone --nproc_per_node {nproc} ({' '.join(cmd)})", flush=True)
     from mc.app.run_lock import held_lock_fds  # noqa: PLC0415 - torchrun keeps the workflow's run-folder lock
-    rc = (run or (lambda c: subprocess.run(c, check=False, pass_fds=held_lock_fds()).returncode))(cmd)
+    rc = (run or (lambda c: subprocess.run(c, check=False, pass_fds=held_lock_fds(),
+                                           preexec_fn=dies_with_parent()).returncode))(cmd)
     if rc != 0:
         raise DistributedRunError(
             f"{stage} failed on {nproc} ranks (torchrun exit code {rc}); the [mc rank ...] lines above name the "
