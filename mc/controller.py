@@ -31,7 +31,7 @@ from mc.nets.distill import full_history_distill
 from mc.nets.gistnet import GistNet
 from mc.nets.gpt import GPT
 from mc.nets.lensnet import LensNet
-from mc.nets.losses import shared_tail_loss, stage2_objective
+from mc.nets.losses import stage2_objective, tail_positions, tail_token_loss
 from mc.nets.positional import lod_rotary_cos_sin
 from mc.positions import base_positions
 from mc.refocus import run_refocus
@@ -164,10 +164,11 @@ class MCController:
         with record_function("mc.step.gather"):
             embeds, mask = gather_planned(levels, p.index, p.lengths)  # [R, W, D], [R, W]
         with record_function("mc.step.base"):
-            logits = self.base_logits(embeds, p.positions, p.lods, mask)
+            at = tail_positions(p.lengths, mc.recent_tokens)  # [R, recent - 1]: the LM head runs where a loss reads
+            logits = self.base_logits(embeds, p.positions, p.lods, mask, logit_index=at)  # [R, recent - 1, V]
         with record_function("mc.step.losses"):
-            tail = shared_tail_loss(logits, p.token_ids, p.lengths, mc.recent_tokens)  # [R]
-            distill = (full_history_distill(self.base_logits, embeds_btd, logits, p.lengths, mc.recent_tokens)
+            tail = tail_token_loss(logits, p.token_ids, at)  # [R]
+            distill = (full_history_distill(self.base_logits, embeds_btd, logits, mc.recent_tokens)
                        if mc.distill_weight else None)  # [R] KL from the base over the raw history (mc.step.teacher)
         num_tokens = torch.full((b * v,), float(t), device=self.device)
         # Detached by default: LensNet's losses train LensNet only; with mc.lens_trains_gist they reach GistNet too.
@@ -185,8 +186,7 @@ class MCController:
         self.telemetry.end_step()
 
     def zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
-        """Keep ``.grad`` tensors allocated when CUDA graphs run: a grad first allocated during a
-        replay would live in the graph pool and be overwritten by the next replay."""
+        """Keep ``.grad`` allocated when CUDA graphs run (one allocated in a replay lives in the pool: overwritten)."""
         optimizer.zero_grad(set_to_none=not self.cudagraphs_possible)
 
     def aux_parameters(self) -> list[torch.nn.Parameter]:
@@ -197,13 +197,14 @@ class MCController:
 
     # ------------------------------------------------------------------ inference
 
-    def base_logits(self, embeds: Tensor, positions: Tensor, lods: Tensor, mask: Tensor) -> Tensor:
-        """The base model over working-context embeddings ``[B, W, D]`` (LOD-aware rotary) -> ``[B, W, V]``.
-        ``positions`` are global; ``mc.positions`` maps them for the base (:func:`mc.positions.base_positions`)."""
+    def base_logits(self, embeds: Tensor, positions: Tensor, lods: Tensor, mask: Tensor, *,
+                    logit_index: Tensor | None = None) -> Tensor:
+        """The base over working-context embeddings ``[B, W, D]`` (LOD-aware rotary) -> ``[B, W, V]`` (``[B, Q, V]``
+        at ``logit_index [B, Q]``). ``positions`` are global; ``mc.positions`` maps them (mc.positions.base_positions)."""
         mc, m = self.cfg.mc, self.cfg.model
         pos = base_positions(positions, mask, mode=mc.positions, window=m.max_seq_len, recent=mc.recent_tokens)
         cos, sin = lod_rotary_cos_sin(pos, lods, mc.block_size, self.base.head_dim, m.rope_base)
-        return self.base(embeds=embeds, cos=cos, sin=sin, key_padding_mask=mask)
+        return self.base(embeds=embeds, cos=cos, sin=sin, key_padding_mask=mask, logit_index=logit_index)
 
     def begin_session(self, prompt_ids: Tensor) -> InferenceSession:
         """Start a session over ``prompt_ids [n]`` (any length, longer than the working context too)."""
@@ -251,12 +252,12 @@ class MCController:
         return self._lensnet_allocator_scores(mwc, s.num_tokens)[: mwc.length].cpu()  # [len(wc)]
 
     def _tail_fit(self) -> float:
-        """Log-likelihood (nats) of the newest ``allocator.inference.branch_tail_tokens`` tokens under the
-        session's layout; they lie in the LOD0 tail, so entry j's logits predict entry j + 1's token."""
+        """Log-likelihood (nats) of the newest ``allocator.inference.branch_tail_tokens`` tokens (in the LOD0 tail)."""
         s, n = self._require_session(), self.cfg.allocator.inference.branch_tail_tokens
         mwc = s.materialize()
-        logits = self.base_logits(mwc.embeds[None], mwc.positions[None], mwc.lods[None], mwc.mask[None])[0]
-        logp = torch.log_softmax(logits[mwc.length - n - 1: mwc.length - 1].float(), dim=-1)  # [n, V]
+        at = torch.arange(mwc.length - n - 1, mwc.length - 1, device=mwc.embeds.device)[None]  # [1, n]: the head there only
+        logits = self.base_logits(mwc.embeds[None], mwc.positions[None], mwc.lods[None], mwc.mask[None], logit_index=at)
+        logp = torch.log_softmax(logits[0].float(), dim=-1)  # [n, V]
         return float(logp.gather(1, s.history()[-n:].to(logp.device)[:, None]).sum())
 
     @torch.no_grad()
@@ -264,8 +265,9 @@ class MCController:
         """Base-model logits ``[V]`` for the token after the session's history."""
         s = self._require_session()
         mwc = s.materialize()
-        logits = self.base_logits(mwc.embeds[None], mwc.positions[None], mwc.lods[None], mwc.mask[None])
-        return finite_logits(logits[0, mwc.length - 1])
+        last = torch.full((1, 1), mwc.length - 1, dtype=torch.long, device=mwc.embeds.device)  # the LM head there only
+        logits = self.base_logits(mwc.embeds[None], mwc.positions[None], mwc.lods[None], mwc.mask[None], logit_index=last)
+        return finite_logits(logits[0, 0])
 
     @torch.no_grad()
     def generate(self, n: int, **kwargs) -> Tensor:
@@ -277,10 +279,8 @@ class MCController:
     # ------------------------------------------------------------------ warm-up and reports
 
     def warmup(self, generator: torch.Generator | None = None) -> dict:
-        """Run every (bucket x mode) the config compiles ``compile.warmup_iters`` times, then freeze.
-
-        Returns the telemetry snapshot. See :func:`mc.compile.warmup.warm_up_controller`.
-        """
+        """Run every (bucket x mode) the config compiles ``compile.warmup_iters`` times, then freeze; returns the
+        telemetry snapshot (:func:`mc.compile.warmup.warm_up_controller`)."""
         from mc.compile.warmup import warm_up_controller  # noqa: PLC0415 - warm-up needs the controller, not vice versa
         return warm_up_controller(self, generator)
 

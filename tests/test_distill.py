@@ -11,6 +11,7 @@ from mc.build import build_controller
 from mc.config import ConfigError
 from mc.config_checks import validate
 from mc.nets.distill import distill_tail_loss, full_history_distill, full_history_tail_logits
+from mc.nets.losses import tail_positions
 from test_train import tiny_cfg
 
 
@@ -51,9 +52,10 @@ def test_kl_is_zero_for_a_working_context_that_is_the_whole_history_and_positive
         wc = torch.cat([embeds, torch.zeros(2, pad, embeds.shape[-1])], 1)
         positions = torch.arange(t + pad).expand(2, -1)
         mask = positions < t
-        student = ctrl.base_logits(wc, positions, torch.zeros_like(positions), mask)
         lengths = torch.full((2,), t)
-        same = full_history_distill(ctrl.base_logits, embeds, student, lengths, recent)
+        student = ctrl.base_logits(wc, positions, torch.zeros_like(positions), mask,
+                                   logit_index=tail_positions(lengths, recent))  # the step's own tail logits
+        same = full_history_distill(ctrl.base_logits, embeds, student, recent)
         assert torch.allclose(same, torch.zeros(2), atol=1e-6)
         # the same tail after a history whose first half is gone: the teacher saw more than the student
         short = ctrl.base_logits(embeds[:, t // 2:], positions[:, t // 2:t], torch.zeros(2, t - t // 2, dtype=torch.long),

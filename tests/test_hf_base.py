@@ -50,6 +50,11 @@ def test_parity_all_lod0_working_context(hf_root, family):
         shifted = base(embeds=base.embed(ids_bt), cos=cos1, sin=sin1)
     assert got.dtype == torch.float32 and got.shape == want.shape
     assert (got - want).abs().max().item() <= 1e-4
+    at = torch.tensor([[0, 17, 47], [5, 6, 30]])  # the LM head at these positions only (training's tail)
+    with torch.no_grad():
+        part = base(embeds=base.embed(ids_bt), cos=cos, sin=sin, logit_index=at)
+    assert part.dtype == torch.float32 and part.shape == (2, 3, m.vocab_size)
+    assert (part - want.gather(1, at[..., None].expand(-1, -1, m.vocab_size))).abs().max().item() <= 1e-4
     assert (plain - want).abs().max().item() <= 1e-4
     # Control: relative positions matter in this model (rotary is shift-invariant, so stretch them),
     # so the parity above is about the rotary table, not luck.

@@ -4,7 +4,8 @@ import torch
 import torch.nn.functional as F
 
 from mc.nets.losses import (FOCUS_SCALE, entry_spans, focus_loss, gist_content_loss, pair_indices, preference_loss,
-                             shared_tail_loss, span_token_presence, tail_loss_mask)
+                             shared_tail_loss, span_token_presence, tail_loss_mask,
+                             tail_positions, tail_token_loss)
 
 
 def test_tail_mask_marks_only_shared_targets():
@@ -24,6 +25,38 @@ def test_shared_tail_loss_matches_hand_computation():
         n = int(lengths[row])
         terms = [F.cross_entropy(logits[row, j - 1][None], ids[row, j][None]) for j in range(n - 2, n)]
         assert torch.allclose(got[row], torch.stack(terms).mean(), atol=1e-6)
+
+
+def test_tail_loss_from_the_tail_logits_alone_equals_the_full_one():
+    """The step computes logits only at tail_positions; tail_token_loss over them is shared_tail_loss over all."""
+    gen = torch.Generator().manual_seed(4)
+    lengths = torch.tensor([9, 6, 12, 7])
+    logits = torch.randn(4, 12, 11, generator=gen)
+    ids = torch.randint(0, 11, (4, 12), generator=gen)
+    at = tail_positions(lengths, 4)
+    assert at.tolist()[1] == [2, 3, 4]  # row 1 (6 entries): entries 2..4 predict entries 3..5
+    tail = logits.gather(1, at.unsqueeze(-1).expand(-1, -1, 11))
+    assert torch.allclose(tail_token_loss(tail, ids, at), shared_tail_loss(logits, ids, lengths, 4), atol=1e-6)
+    with pytest.raises(ValueError, match="do not agree"):
+        tail_token_loss(tail[:, :2], ids, at)
+    with pytest.raises(ValueError, match="recent_tokens >= 2"):
+        tail_positions(lengths, 1)
+
+
+def test_the_base_computes_logits_at_the_given_positions_only():
+    from mc.nets.gpt import GPT  # noqa: PLC0415
+    from mc.config import ModelConfig  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    gpt = GPT(ModelConfig(vocab_size=40, d_model=16, n_layers=1, n_heads=2, max_seq_len=32)).eval()
+    embeds = torch.randn(2, 10, 16)
+    at = torch.tensor([[3, 4, 9], [0, 5, 6]])
+    with torch.no_grad():
+        full, part = gpt(embeds=embeds), gpt(embeds=embeds, logit_index=at)
+    assert part.shape == (2, 3, 40)
+    assert torch.allclose(part, full.gather(1, at.unsqueeze(-1).expand(-1, -1, 40)), atol=1e-6)
+    with pytest.raises(ValueError, match="logit_index must be a long tensor"):
+        gpt(embeds=embeds, logit_index=at[:1])
 
 
 def test_shared_tail_loss_ignores_gist_and_padding_positions():

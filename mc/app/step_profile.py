@@ -99,14 +99,15 @@ class StepBench:
 
     def base(self, inputs) -> float:
         """The base model's forward + backward over ``inputs`` (the step's working contexts); seconds."""
-        from mc.nets.losses import shared_tail_loss  # noqa: PLC0415
+        from mc.nets.losses import tail_positions, tail_token_loss  # noqa: PLC0415
 
         embeds, positions, lods, mask, token_ids, lengths = inputs
         leaf = embeds.detach().requires_grad_(True)  # gradients reach the entries, as they reach GistNet's gists
         self._sync()
         t0 = time.perf_counter()
-        logits = self.ctrl.base_logits(leaf, positions, lods, mask)
-        shared_tail_loss(logits, token_ids, lengths, self.cfg.mc.recent_tokens).mean().backward()
+        at = tail_positions(lengths, self.cfg.mc.recent_tokens)  # the LM head where the loss reads, as in the step
+        logits = self.ctrl.base_logits(leaf, positions, lods, mask, logit_index=at)
+        tail_token_loss(logits, token_ids, at).mean().backward()
         self._sync()
         return time.perf_counter() - t0
 

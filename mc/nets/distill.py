@@ -23,6 +23,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.profiler import record_function
 
+from mc.nets.losses import tail_positions
+
 
 def full_history_tail_logits(base_logits: Callable[..., Tensor], embeds_btd: Tensor, recent_tokens: int) -> Tensor:
     """The teacher's logits at the tail's prediction positions: ``[B, R - 1, V]`` (R = ``recent_tokens``).
@@ -36,9 +38,9 @@ def full_history_tail_logits(base_logits: Callable[..., Tensor], embeds_btd: Ten
     positions = torch.arange(t, device=embeds_btd.device).expand(b, t)  # [B, T] LOD0 centres = token indices
     lods = torch.zeros_like(positions)
     mask = torch.ones(b, t, dtype=torch.bool, device=embeds_btd.device)
+    at = positions[:, t - recent_tokens:t - 1]  # [B, R - 1]: the LM head runs at the tail alone
     with torch.no_grad(), record_function("mc.step.teacher"):  # its own phase in scripts/mc_step_profile.py
-        logits_btv = base_logits(embeds_btd.detach(), positions, lods, mask)
-    return logits_btv[:, t - recent_tokens:t - 1]  # [B, R - 1, V]
+        return base_logits(embeds_btd.detach(), positions, lods, mask, logit_index=at)  # [B, R - 1, V]
 
 
 def distill_tail_loss(logits_rwv: Tensor, lengths_r: Tensor, teacher_bqv: Tensor, recent_tokens: int) -> Tensor:
@@ -53,9 +55,19 @@ def distill_tail_loss(logits_rwv: Tensor, lengths_r: Tensor, teacher_bqv: Tensor
     if q != recent_tokens - 1 or tv != vocab or rows % b or lengths_r.shape != (rows,):
         raise ValueError(f"distill_tail_loss: logits {tuple(logits_rwv.shape)}, lengths {tuple(lengths_r.shape)} and "
                          f"teacher {tuple(teacher_bqv.shape)} do not fit recent_tokens={recent_tokens}")
-    start = (lengths_r - recent_tokens).clamp(min=0)  # [R] first tail entry of each row
-    idx = start.unsqueeze(1) + torch.arange(q, device=logits_rwv.device)  # [R, q]
-    student = logits_rwv.gather(1, idx.unsqueeze(-1).expand(rows, q, vocab)).view(b, rows // b, q, vocab)
+    idx = tail_positions(lengths_r, recent_tokens)  # [R, q]
+    return tail_kl(logits_rwv.gather(1, idx.unsqueeze(-1).expand(rows, q, vocab)), teacher_bqv)
+
+
+def tail_kl(student_rqv: Tensor, teacher_bqv: Tensor) -> Tensor:
+    """Per row ``[R]``: mean over the tail's predictions of KL(teacher || student), with the student's logits
+    already at the tail (``[B*V, q, vocab]``, rows grouped by sequence) and the teacher's ``[B, q, vocab]``."""
+    rows, q, vocab = student_rqv.shape
+    b = teacher_bqv.shape[0]
+    if teacher_bqv.shape[1:] != (q, vocab) or rows % b:
+        raise ValueError(f"tail_kl: student {tuple(student_rqv.shape)} and teacher {tuple(teacher_bqv.shape)} do not "
+                         "fit [B*V, q, vocab] / [B, q, vocab]")
+    student = student_rqv.view(b, rows // b, q, vocab)
     # the teacher's log-probabilities once per sequence, broadcast over its V variant rows (no copy)
     teacher = F.log_softmax(teacher_bqv.float(), -1).unsqueeze(1)  # [B, 1, q, vocab]
     kl = F.kl_div(F.log_softmax(student.float(), -1), teacher.expand_as(student), log_target=True,
@@ -63,9 +75,8 @@ def distill_tail_loss(logits_rwv: Tensor, lengths_r: Tensor, teacher_bqv: Tensor
     return kl.mean(-1)
 
 
-def full_history_distill(base_logits: Callable[..., Tensor], embeds_btd: Tensor, logits_rwv: Tensor,
-                         lengths_r: Tensor, recent_tokens: int) -> Tensor:
+def full_history_distill(base_logits: Callable[..., Tensor], embeds_btd: Tensor, student_rqv: Tensor,
+                         recent_tokens: int) -> Tensor:
     """The step's distillation term per row ``[B*V]``: the teacher over ``embeds_btd`` ``[B, T, D]``, then the KL
-    to the step's ``logits_rwv`` (see the two functions above)."""
-    teacher_bqv = full_history_tail_logits(base_logits, embeds_btd, recent_tokens)
-    return distill_tail_loss(logits_rwv, lengths_r, teacher_bqv, recent_tokens)
+    to the step's own tail logits ``student_rqv`` (at :func:`mc.nets.losses.tail_positions`)."""
+    return tail_kl(student_rqv, full_history_tail_logits(base_logits, embeds_btd, recent_tokens))

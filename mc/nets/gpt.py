@@ -35,7 +35,7 @@ from mc.config import ModelConfig
 from mc.nets.gpt_cached import forward_cached
 from mc.nets.positional import apply_rotary, rotary_cos_sin
 
-__all__ = ["GPT", "next_token_loss", "RMSNorm"]
+__all__ = ["GPT", "at_positions", "next_token_loss", "RMSNorm"]
 
 _INIT_STD = 0.02  # GPT-2 style base std for embeddings and projections
 
@@ -166,14 +166,15 @@ class GPT(nn.Module):
 
     def forward(self, token_ids: Tensor | None = None, *, embeds: Tensor | None = None,
                 cos: Tensor | None = None, sin: Tensor | None = None,
-                key_padding_mask: Tensor | None = None) -> Tensor:
-        """Logits ``[B, W, V]`` for every position.
+                key_padding_mask: Tensor | None = None, logit_index: Tensor | None = None) -> Tensor:
+        """Logits ``[B, W, V]`` for every position (``[B, Q, V]`` at ``logit_index [B, Q]`` when given).
 
         Give exactly one of ``token_ids [B, T]`` or ``embeds [B, W, D]``.
         ``cos, sin``: ``[B, W, hd/2]`` or ``[W, hd/2]``; both or neither. When neither is given,
         plain rotary positions ``0..W-1`` are used (the token-ids path always does this if none
         are given). ``key_padding_mask [B, W]`` bool, True = real entry; padded entries are never
-        attended to by other positions, and their own logits are meaningless (finite).
+        attended to by other positions, and their own logits are meaningless (finite). ``logit_index``
+        (long) picks the positions the final norm and LM head run on: training reads only the tail's.
         """
         if (token_ids is None) == (embeds is None):
             raise ValueError("GPT.forward needs exactly one of token_ids [B, T] or embeds [B, W, D]")
@@ -207,7 +208,7 @@ class GPT(nn.Module):
 
         for block in self.blocks:
             x_bwd = block(x_bwd, cos, sin, attn_mask_b1ww)
-        return self.lm_head(self.norm_f(x_bwd))  # [B, W, V]
+        return self.lm_head(self.norm_f(at_positions(x_bwd, logit_index)))  # [B, W, V] or [B, Q, V]
 
     def forward_cached(self, embeds_1sd: Tensor, cos: Tensor, sin: Tensor, k_cache: Tensor, v_cache: Tensor,
                        slots_s: Tensor, window: int, masked: bool = True) -> Tensor:
@@ -235,6 +236,16 @@ class GPT(nn.Module):
         self_ww = idx[None, :] == idx[:, None]  # the diagonal keeps padding rows from being all-False
         allowed = (causal_ww[None] & key_padding_mask_bw[:, None, :]) | self_ww[None]  # [B, W, W]
         return allowed[:, None]
+
+
+def at_positions(x_bwd: Tensor, index_bq: Tensor | None) -> Tensor:
+    """``x_bwd [B, W, D]`` at positions ``index_bq [B, Q]`` -> ``[B, Q, D]`` (``x_bwd`` itself when None)."""
+    if index_bq is None:
+        return x_bwd
+    b = x_bwd.shape[0]
+    if index_bq.dim() != 2 or index_bq.shape[0] != b or index_bq.dtype != torch.long:
+        raise ValueError(f"logit_index must be a long tensor [B={b}, Q], got {index_bq.dtype} {tuple(index_bq.shape)}")
+    return x_bwd.gather(1, index_bq.unsqueeze(-1).expand(-1, -1, x_bwd.shape[-1]))
 
 
 def next_token_loss(logits: Tensor, targets: Tensor, loss_mask: Tensor | None = None,

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from mc.config import ConfigError, ModelConfig
+from mc.nets.gpt import at_positions
 from mc.nets.hf_cached import forward_cached
 from mc.nets.positional import rope_frequencies, rotary_cos_sin
 
@@ -150,8 +151,8 @@ class HFBase(nn.Module):
 
     def forward(self, token_ids: Tensor | None = None, *, embeds: Tensor | None = None,
                 cos: Tensor | None = None, sin: Tensor | None = None,
-                key_padding_mask: Tensor | None = None) -> Tensor:
-        """Float32 logits ``[B, W, V]``; arguments as :meth:`mc.nets.gpt.GPT.forward`."""
+                key_padding_mask: Tensor | None = None, logit_index: Tensor | None = None) -> Tensor:
+        """Float32 logits ``[B, W, V]`` (``[B, Q, V]`` with ``logit_index``); arguments as :meth:`mc.nets.gpt.GPT.forward`."""
         if (token_ids is None) == (embeds is None):
             raise ValueError("HFBase.forward needs exactly one of token_ids [B, T] or embeds [B, W, D]")
         if token_ids is not None:
@@ -179,7 +180,7 @@ class HFBase(nn.Module):
         for layer in self.layers:
             out = layer(x_bwd, attention_mask=mask_b1ww, position_embeddings=table)
             x_bwd = out[0] if isinstance(out, tuple) else out  # older layers return (hidden, ...)
-        return self.lm_head(self.norm_f(x_bwd)).float()  # [B, W, V]
+        return self.lm_head(self.norm_f(at_positions(x_bwd, logit_index))).float()  # [B, W, V] or [B, Q, V]
 
     def forward_cached(self, embeds_1sd: Tensor, cos: Tensor, sin: Tensor, k_cache: Tensor, v_cache: Tensor,
                        slots_s: Tensor, window: int, masked: bool = True) -> Tensor:

@@ -53,6 +53,27 @@ def shared_tail_loss(logits_rwv: Tensor, token_ids_rw: Tensor, lengths_r: Tensor
     return next_token_loss(logits_rwv, token_ids_rw, tail_loss_mask(lengths_r, w, recent_tokens), reduction="per_row")
 
 
+def tail_positions(lengths_r: Tensor, recent_tokens: int) -> Tensor:
+    """``[R, recent_tokens - 1]`` long: the entries whose predictions :func:`shared_tail_loss` scores, row r's
+    ``[len_r - recent_tokens, len_r - 1)``. The step runs the base's LM head at these alone (``logit_index``):
+    with a real vocabulary (SmolLM2: 49,152) the head over every entry is a third of the base's forward."""
+    if recent_tokens < 2:
+        raise ValueError(f"tail_positions needs recent_tokens >= 2 (got {recent_tokens}): the tail must hold a prediction")
+    start = (lengths_r - recent_tokens).clamp(min=0)  # every variant keeps recent_tokens LOD0 entries: len >= it
+    return start.unsqueeze(1) + torch.arange(recent_tokens - 1, device=lengths_r.device)
+
+
+def tail_token_loss(logits_rqv: Tensor, token_ids_rw: Tensor, positions_rq: Tensor) -> Tensor:
+    """:func:`shared_tail_loss` from logits computed only at ``positions_rq`` (:func:`tail_positions`): ``[R]``,
+    each row's mean next-token loss in float32 (the same pairs, the same value up to matmul rounding)."""
+    if logits_rqv.shape[:2] != positions_rq.shape or token_ids_rw.shape[0] != positions_rq.shape[0]:
+        raise ValueError(f"tail_token_loss: logits {tuple(logits_rqv.shape)}, positions {tuple(positions_rq.shape)} "
+                         f"and token_ids {tuple(token_ids_rw.shape)} do not agree on [R, Q]")
+    targets = token_ids_rw.gather(1, positions_rq + 1)  # [R, Q]: position i predicts entry i + 1
+    ce = F.cross_entropy(logits_rqv.float().flatten(0, 1), targets.flatten(), reduction="none")
+    return ce.view(targets.shape).mean(-1)
+
+
 @dataclass
 class PreferenceResult:
     loss: Tensor  # 0-d, differentiable w.r.t. the scores
