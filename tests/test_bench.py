@@ -25,6 +25,10 @@ def test_apply_overrides_without_hydra():
                                                 "eval.long_range.depths=[0.1,0.9]"])  # bare words, as Hydra takes them
     assert hydra_style.eval.long_range.variants == ["focused", "oracle"]
     assert hydra_style.eval.long_range.depths == [0.1, 0.9]
+    quoted = apply_overrides(RunConfig(), ["data.recall.templates=['{k}={v}','{k}: {v}']",
+                                           "data.recall.eval_template=''"])  # quoted as Hydra takes them
+    assert quoted.data.recall.eval_template == "" and quoted.data.recall.templates == ["{k}={v}", "{k}: {v}"]
+    assert apply_overrides(RunConfig(), ["data.recall.eval_template='{k} is {v}'"]).data.recall.eval_template == "{k} is {v}"
     with pytest.raises(ValueError, match="unknown config key"):
         apply_overrides(RunConfig(), ["mc.nope=1"])
     with pytest.raises(ConfigError):  # validation runs after the overrides

@@ -60,7 +60,10 @@ QUICK_OVERRIDES = (
 
 
 def _parse_value(text: str):
-    """JSON, else a Hydra-style list of bare words (``[focused,oracle]``), else the text itself."""
+    """JSON, else a single-quoted string (``''`` is empty, as in Hydra), else a Hydra-style list of bare words
+    (``[focused,oracle]``), else the text itself."""
+    if len(text) >= 2 and text[0] == text[-1] == "'":
+        return text[1:-1]
     try:
         return json.loads(text)
     except json.JSONDecodeError:
