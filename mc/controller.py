@@ -31,7 +31,7 @@ from mc.nets.distill import full_history_distill
 from mc.nets.gistnet import GistNet
 from mc.nets.gpt import GPT
 from mc.nets.lensnet import LensNet
-from mc.nets.losses import stage2_objective, tail_positions, tail_token_loss
+from mc.nets.losses import base_tail_loss, stage2_objective
 from mc.nets.positional import lod_rotary_cos_sin
 from mc.positions import base_positions
 from mc.refocus import run_refocus
@@ -164,10 +164,10 @@ class MCController:
         with record_function("mc.step.gather"):
             embeds, mask = gather_planned(levels, p.index, p.lengths)  # [R, W, D], [R, W]
         with record_function("mc.step.base"):
-            at = tail_positions(p.lengths, mc.recent_tokens)  # [R, recent - 1]: the LM head runs where a loss reads
-            logits = self.base_logits(embeds, p.positions, p.lods, mask, logit_index=at)  # [R, recent - 1, V]
+            # [R] and [R, recent - 1, V]: the LM head runs only where a loss reads
+            tail, logits = base_tail_loss(self.base_logits, embeds, p.positions, p.lods, mask, p.token_ids, p.lengths,
+                                          mc.recent_tokens)
         with record_function("mc.step.losses"):
-            tail = tail_token_loss(logits, p.token_ids, at)  # [R]
             distill = (full_history_distill(self.base_logits, embeds_btd, logits, mc.recent_tokens)
                        if mc.distill_weight else None)  # [R] KL from the base over the raw history (mc.step.teacher)
         num_tokens = torch.full((b * v,), float(t), device=self.device)

@@ -158,7 +158,7 @@ def test_micro_step_device_half_has_no_host_sync_at_h100_geometry():
 
 def test_sync_audit_catches_a_host_read_and_a_blocking_copy(monkeypatch):
     cfg = load_config(["preset=smoke", "train.device=cpu"])
-    real_pref, real_tail = losses_module.preference_loss, controller_module.tail_token_loss
+    real_pref, real_tail = losses_module.preference_loss, controller_module.base_tail_loss
 
     def reads_back(*a, **k):
         res = real_pref(*a, **k)
@@ -171,10 +171,11 @@ def test_sync_audit_catches_a_host_read_and_a_blocking_copy(monkeypatch):
     assert not res["passed"] and "mc/nets/losses.py" in res["host_reads"][0]
     monkeypatch.setattr(losses_module, "preference_loss", real_pref)
 
-    def copies_in(logits, *a, **k):
-        return real_tail(logits, *a, **k) * torch.tensor(1.0, device=logits.device)
+    def copies_in(*a, **k):
+        loss, logits = real_tail(*a, **k)
+        return loss * torch.tensor(1.0, device=logits.device), logits
 
-    monkeypatch.setattr(controller_module, "tail_token_loss", copies_in)
+    monkeypatch.setattr(controller_module, "base_tail_loss", copies_in)
     res = audit_micro_step(cfg, micro_steps=1)
     assert not res["passed"] and res["blocking_copies"] and "torch.tensor" in res["blocking_copies"][0]
 

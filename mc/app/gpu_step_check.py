@@ -47,7 +47,7 @@ def _timed(fn: Callable[[], None], device: torch.device, reps: int) -> float:
 def step_timing(ctrl, cfg, reps: int) -> dict:
     """Median micro-step vs base-only forward+backward, in ms, on the controller's device."""
     from mc.gather import gather_planned  # noqa: PLC0415
-    from mc.nets.losses import tail_positions, tail_token_loss  # noqa: PLC0415
+    from mc.nets.losses import base_tail_loss  # noqa: PLC0415
 
     b, t = cfg.train.stage2.batch_size, cfg.mc.history_tokens
     gen = torch.Generator().manual_seed(cfg.train.seed + 1)
@@ -70,9 +70,8 @@ def step_timing(ctrl, cfg, reps: int) -> dict:
     leaf = embeds.detach().requires_grad_()  # the real step back-propagates into the gists: same work
 
     def base_only() -> None:
-        at = tail_positions(p.lengths, cfg.mc.recent_tokens)  # the LM head where the loss reads, as in the step
-        logits = ctrl.base_logits(leaf, p.positions, p.lods, mask, logit_index=at)
-        tail_token_loss(logits, p.token_ids, at).mean().backward()
+        base_tail_loss(ctrl.base_logits, leaf, p.positions, p.lods, mask, p.token_ids, p.lengths,
+                       cfg.mc.recent_tokens)[0].mean().backward()  # the step's own base work
         leaf.grad = None
 
     micro_s = _timed(micro, ctrl.device, reps)

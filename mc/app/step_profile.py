@@ -99,15 +99,14 @@ class StepBench:
 
     def base(self, inputs) -> float:
         """The base model's forward + backward over ``inputs`` (the step's working contexts); seconds."""
-        from mc.nets.losses import tail_positions, tail_token_loss  # noqa: PLC0415
+        from mc.nets.losses import base_tail_loss  # noqa: PLC0415
 
         embeds, positions, lods, mask, token_ids, lengths = inputs
         leaf = embeds.detach().requires_grad_(True)  # gradients reach the entries, as they reach GistNet's gists
         self._sync()
         t0 = time.perf_counter()
-        at = tail_positions(lengths, self.cfg.mc.recent_tokens)  # the LM head where the loss reads, as in the step
-        logits = self.ctrl.base_logits(leaf, positions, lods, mask, logit_index=at)
-        tail_token_loss(logits, token_ids, at).mean().backward()
+        base_tail_loss(self.ctrl.base_logits, leaf, positions, lods, mask, token_ids, lengths,
+                       self.cfg.mc.recent_tokens)[0].mean().backward()  # the step's own base work
         self._sync()
         return time.perf_counter() - t0
 

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.profiler import record_function
 
+from mc.nets.gpt import at_positions
 from mc.nets.losses import tail_positions
 
 
@@ -50,13 +51,13 @@ def distill_tail_loss(logits_rwv: Tensor, lengths_r: Tensor, teacher_bqv: Tensor
     ``lengths_r`` ``[B*V]`` real entries per row, ``teacher_bqv`` ``[B, R - 1, vocab]`` from
     :func:`full_history_tail_logits`.
     """
-    rows, w, vocab = logits_rwv.shape
+    rows, _, vocab = logits_rwv.shape
     b, q, tv = teacher_bqv.shape
     if q != recent_tokens - 1 or tv != vocab or rows % b or lengths_r.shape != (rows,):
         raise ValueError(f"distill_tail_loss: logits {tuple(logits_rwv.shape)}, lengths {tuple(lengths_r.shape)} and "
                          f"teacher {tuple(teacher_bqv.shape)} do not fit recent_tokens={recent_tokens}")
     idx = tail_positions(lengths_r, recent_tokens)  # [R, q]
-    return tail_kl(logits_rwv.gather(1, idx.unsqueeze(-1).expand(rows, q, vocab)), teacher_bqv)
+    return tail_kl(at_positions(logits_rwv, idx), teacher_bqv)
 
 
 def tail_kl(student_rqv: Tensor, teacher_bqv: Tensor) -> Tensor:

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from mc.nets.gpt import next_token_loss
+from mc.nets.gpt import at_positions
 
 
 def tail_loss_mask(lengths_r: Tensor, width: int, recent_tokens: int) -> Tensor:
@@ -40,17 +40,18 @@ def tail_loss_mask(lengths_r: Tensor, width: int, recent_tokens: int) -> Tensor:
 
 
 def shared_tail_loss(logits_rwv: Tensor, token_ids_rw: Tensor, lengths_r: Tensor, recent_tokens: int) -> Tensor:
-    """Per-row mean next-token loss over the shared LOD0 tail: ``[R]``.
+    """Per-row mean next-token loss over the shared LOD0 tail: ``[R]``, from logits at every entry.
 
-    ``logits_rwv[:, i]`` predicts ``token_ids_rw[:, i + 1]``; the shift happens here.
+    ``logits_rwv[:, i]`` predicts ``token_ids_rw[:, i + 1]``; the shift happens here. The targets are those of
+    :func:`tail_loss_mask` (every row holds at least ``recent_tokens`` entries); the step computes the same loss from
+    the tail's logits alone (:func:`base_tail_loss`).
     """
     r, w, _ = logits_rwv.shape
     if token_ids_rw.shape != (r, w) or lengths_r.shape != (r,):
         raise ValueError(f"shared_tail_loss: logits {tuple(logits_rwv.shape)}, token_ids {tuple(token_ids_rw.shape)}, "
                          f"lengths {tuple(lengths_r.shape)} do not agree on [R, W]")
-    if recent_tokens < 2:
-        raise ValueError(f"shared_tail_loss needs recent_tokens >= 2 (got {recent_tokens}): the tail must hold a prediction")
-    return next_token_loss(logits_rwv, token_ids_rw, tail_loss_mask(lengths_r, w, recent_tokens), reduction="per_row")
+    at = tail_positions(lengths_r, recent_tokens)  # [R, recent - 1]
+    return tail_token_loss(at_positions(logits_rwv, at), token_ids_rw, at)
 
 
 def tail_positions(lengths_r: Tensor, recent_tokens: int) -> Tensor:
@@ -72,6 +73,16 @@ def tail_token_loss(logits_rqv: Tensor, token_ids_rw: Tensor, positions_rq: Tens
     targets = token_ids_rw.gather(1, positions_rq + 1)  # [R, Q]: position i predicts entry i + 1
     ce = F.cross_entropy(logits_rqv.float().flatten(0, 1), targets.flatten(), reduction="none")
     return ce.view(targets.shape).mean(-1)
+
+
+def base_tail_loss(base_logits, embeds_rwd: Tensor, positions: Tensor, lods: Tensor, mask: Tensor, token_ids_rw: Tensor,
+                   lengths_r: Tensor, recent_tokens: int) -> tuple[Tensor, Tensor]:
+    """The base over working contexts with its LM head at the tail alone, and the tail loss: ``(loss [R], logits
+    [R, recent - 1, V])``. ``base_logits`` is the controller's; the step and its cost floor (the step profile, the
+    GPU sync check) both call this, so the floor does the step's base work exactly."""
+    at = tail_positions(lengths_r, recent_tokens)
+    logits = base_logits(embeds_rwd, positions, lods, mask, logit_index=at)
+    return tail_token_loss(logits, token_ids_rw, at), logits
 
 
 @dataclass
