@@ -84,3 +84,17 @@ def test_smollm2_part_dry_run_trains_and_answers_the_task_suite(tmp_path):
     assert all(0.0 <= v <= 1.0 for v in fig["tasks_mean_over_depths"].values())
     md = next(out.glob("*-cpu-dry-run.md")).read_text()
     assert "## smollm2: pass" in md and "tasks_mean_over_depths" in md
+
+
+def test_report_of_one_part_says_the_other_targets_were_not_run():
+    """A call that runs one part (the kit split over device calls) reports the other targets as not run, not NO."""
+    from mc.app.gpu_report import TARGET_PARTS, targets
+
+    bench = {"figures": {"rows": [{"case": "lensnet_call@128", "mode": "eager", "median_s": 3e-3},
+                                  {"case": "lensnet_call@128", "mode": "reduce-overhead", "median_s": 1e-3}]}}
+    out = targets({"bench": bench}, cuda=True)
+    assert len(out) == len(TARGET_PARTS)
+    assert out[0]["met"] is True and out[0]["value"] == "128: 3.00x"
+    assert all(str(t["met"]).startswith("not run (--part ") for t in out[1:]), out
+    harness_ran = targets({"bench": bench, "harness": {"figures": {}}}, cuda=True)
+    assert harness_ran[1]["met"] is False  # a part that ran but recorded nothing is a failure, not "not run"

@@ -12,12 +12,14 @@ from mc.app.step_profile import PHASES, main
 
 def test_profile_reports_the_ratio_and_every_phase(tmp_path):
     assert main(["--presets", "smoke", "--reps", "2", "--json", str(tmp_path / "p.json"), "--md", str(tmp_path / "p.md"),
-                 *TINY[:-1], "train.device=cpu", "data=recall"]) == 0
+                 "--table", str(tmp_path / "ops.txt"), *TINY[:-1], "train.device=cpu", "data=recall", "mc.distill_weight=1.0"]) == 0
     res = json.loads((tmp_path / "p.json").read_text())["presets"]["smoke"]
     assert res["rows"] == 2 and res["bucket"] == 32  # TINY: B=1 x (1 + 1 variants), the 32-entry bucket
     assert res["ratio"] == pytest.approx(res["step_ms"] / res["base_fwd_bwd_ms"]) and res["ratio"] > 1  # the step contains the base's work
     ph = res["phases_ms"]
     assert set(PHASES) <= set(ph)
-    for labelled in ("gistnet", "base", "lensnet", "losses"):  # found through run_step's profiler labels
+    for labelled in ("gistnet", "base", "lensnet", "teacher", "losses"):  # found through the profiler labels
         assert ph[labelled] > 0, ph
     assert "step / base" in (tmp_path / "p.md").read_text()
+    table = (tmp_path / "ops.smoke.txt").read_text()  # one profiled step's op table, per preset
+    assert "Self CPU" in table and "mc.step.base" in table

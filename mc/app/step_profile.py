@@ -12,8 +12,8 @@ recall mix of the workflow's sampler), then times, in one process and round-robi
   with the same shared-tail loss: the part of a step no change around the base can remove.
 
 ``step / base`` is the ratio the issue tracks. A profile of one more step splits it by phase: the
-``mc.step.*`` labels of :meth:`MCController.run_step` (GistNet, gather, base, LensNet, losses) from
-``torch.profiler``, and host planning, backward and optimizer by wall clock around their calls.
+``mc.step.*`` labels of :meth:`MCController.run_step` (GistNet, gather, base, LensNet, losses, and the
+distillation teacher's forward, which runs inside the losses) from ``torch.profiler``, and host planning, backward and optimizer by wall clock around their calls.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ import torch
 
 from mc.io import write_results
 
-PHASES = ("plan", "gistnet", "gather", "base", "lensnet", "losses", "backward", "optimizer")
+PHASES = ("plan", "gistnet", "gather", "base", "lensnet", "teacher", "losses", "backward", "optimizer")
 
 
 class StepBench:
@@ -123,13 +123,19 @@ class StepBench:
             if ev.key.startswith("mc.step."):
                 total_us = ev.device_time_total if self.device.type == "cuda" else ev.cpu_time_total
                 labelled[ev.key[len("mc.step."):]] = total_us / 1e6
-        out = {"plan": walls["plan"], **{k: labelled.get(k, 0.0) for k in ("gistnet", "gather", "base", "lensnet", "losses")},
+        teacher = labelled.pop("teacher", 0.0)  # the distillation teacher runs inside mc.step.losses: its own phase here
+        labelled["losses"] = max(labelled.get("losses", 0.0) - teacher, 0.0)
+        labelled["teacher"] = teacher
+        out = {"plan": walls["plan"], **{k: labelled.get(k, 0.0) for k in ("gistnet", "gather", "base", "lensnet", "teacher", "losses")},
                "backward": walls["backward"], "optimizer": walls["optimizer"]}
         out["forward_other"] = max(walls["forward"] - sum(labelled.values()), 0.0)
+        # The op table of the last profiled step: where a phase's time goes when the phases alone do not say.
+        sort = "self_device_time_total" if self.device.type == "cuda" else "self_cpu_time_total"
+        self.last_table = prof.key_averages().table(sort_by=sort, row_limit=40)
         return out
 
 
-def measure(cfg, *, reps: int, warmup: int = 2) -> dict:
+def measure(cfg, *, reps: int, warmup: int = 2, table: Path | None = None) -> dict:
     sb = StepBench(cfg)
     inputs = sb.base_inputs()
     for _ in range(warmup):  # first calls (allocator growth, lazy init) are nobody's cost
@@ -141,6 +147,10 @@ def measure(cfg, *, reps: int, warmup: int = 2) -> dict:
         base_s.append(sb.base(inputs))
     phases = [sb.profile() for _ in range(3)]
     phase_med = {k: statistics.median(p[k] for p in phases) for k in phases[0]}
+    if table is not None:
+        from mc.io import write_text  # noqa: PLC0415
+
+        write_text(table, sb.last_table + "\n")
     rows, w = inputs[0].shape[0], inputs[0].shape[1]
     return {"step_ms": 1e3 * statistics.median(step_s), "base_fwd_bwd_ms": 1e3 * statistics.median(base_s),
             "ratio": statistics.median(step_s) / statistics.median(base_s),
@@ -174,12 +184,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--md", type=Path, default=None)
+    p.add_argument("--table", type=Path, default=None,
+                   help="also write each preset's op table of one profiled step (top 40 by self time) to TABLE.<preset>.txt")
     p.add_argument("overrides", nargs="*", help="config overrides applied to every preset")
     a = p.parse_args(argv)
     res = {"presets": {}}
     for preset in a.presets:
         cfg = load_config([f"preset={preset}", *a.overrides])
-        res["presets"][preset] = measure(cfg, reps=a.reps)
+        table = None if a.table is None else a.table.with_name(f"{a.table.stem}.{preset}.txt")
+        res["presets"][preset] = measure(cfg, reps=a.reps, table=table)
         print(f"[step-profile] {preset}: {json.dumps(res['presets'][preset])}", file=sys.stderr, flush=True)
     res["setup"] = {"device": device_name(str(setup_device(cfg))), "threads": torch.get_num_threads(),
                     "torch": torch.__version__, "date": date.today().isoformat(), "reps": a.reps,
