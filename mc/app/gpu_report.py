@@ -72,7 +72,7 @@ def targets(parts: dict, cuda: bool) -> list[dict]:
                 "value": "; ".join(f"{r['wait_mean_ms']:.2f} ms at device {r['device_ms']:.0f} ms" for r in o) or "not measured",
                 "met": wait <= 3.0 if wait is not None else False})
     # A target none of whose parts ran reads "not run", not NO: a one-part call's report is not a failed proof.
-    for t, sources in zip(out, TARGET_PARTS):
+    for t, sources in zip(out, TARGET_PARTS, strict=True):  # a new target must name its parts
         if not any(p in parts for p in sources):
             t["met"] = f"not run (--part {','.join(sources)})"
     return out

@@ -13,7 +13,8 @@ recall mix of the workflow's sampler), then times, in one process and round-robi
 
 ``step / base`` is the ratio the issue tracks. A profile of one more step splits it by phase: the
 ``mc.step.*`` labels of :meth:`MCController.run_step` (GistNet, gather, base, LensNet, losses, and the
-distillation teacher's forward, which runs inside the losses) from ``torch.profiler``, and host planning, backward and optimizer by wall clock around their calls.
+distillation teacher's forward, which runs inside the losses) from ``torch.profiler``, and host planning,
+backward and optimizer by wall clock around their calls.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from typing import Sequence
 
 import torch
 
-from mc.io import write_results
+from mc.io import write_results, write_text
 
 PHASES = ("plan", "gistnet", "gather", "base", "lensnet", "teacher", "losses", "backward", "optimizer")
 
@@ -119,7 +120,8 @@ class StepBench:
         with profile(activities=acts) as prof:
             self.step(walls)
         labelled = {}
-        for ev in prof.key_averages():
+        self.last_averages = prof.key_averages()  # kept for measure()'s op table
+        for ev in self.last_averages:
             if ev.key.startswith("mc.step."):
                 total_us = ev.device_time_total if self.device.type == "cuda" else ev.cpu_time_total
                 labelled[ev.key[len("mc.step."):]] = total_us / 1e6
@@ -129,9 +131,6 @@ class StepBench:
         out = {"plan": walls["plan"], **{k: labelled.get(k, 0.0) for k in ("gistnet", "gather", "base", "lensnet", "teacher", "losses")},
                "backward": walls["backward"], "optimizer": walls["optimizer"]}
         out["forward_other"] = max(walls["forward"] - sum(labelled.values()), 0.0)
-        # The op table of the last profiled step: where a phase's time goes when the phases alone do not say.
-        sort = "self_device_time_total" if self.device.type == "cuda" else "self_cpu_time_total"
-        self.last_table = prof.key_averages().table(sort_by=sort, row_limit=40)
         return out
 
 
@@ -147,10 +146,9 @@ def measure(cfg, *, reps: int, warmup: int = 2, table: Path | None = None) -> di
         base_s.append(sb.base(inputs))
     phases = [sb.profile() for _ in range(3)]
     phase_med = {k: statistics.median(p[k] for p in phases) for k in phases[0]}
-    if table is not None:
-        from mc.io import write_text  # noqa: PLC0415
-
-        write_text(table, sb.last_table + "\n")
+    if table is not None:  # the last profiled step's ops: where a phase's time goes when the phases alone do not say
+        sort = "self_device_time_total" if sb.device.type == "cuda" else "self_cpu_time_total"
+        write_text(table, sb.last_averages.table(sort_by=sort, row_limit=40) + "\n")
     rows, w = inputs[0].shape[0], inputs[0].shape[1]
     return {"step_ms": 1e3 * statistics.median(step_s), "base_fwd_bwd_ms": 1e3 * statistics.median(base_s),
             "ratio": statistics.median(step_s) / statistics.median(base_s),
