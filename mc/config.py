@@ -14,7 +14,7 @@ COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cudagraph
 FREEZE_MODES = ("fail", "warn", "off")
 DATA_SOURCES = ("stdlib", "files", "recall")
 ALLOCATOR_POLICIES = ("relative", "absolute")
-POSITION_MODES = ("global", "bounded", "entries")  # mc.positions (mc/positions.py)
+POSITION_MODES = ("global", "bounded", "entries", "slots")  # mc.positions (mc/positions.py)
 LONG_TASKS = ("passkey", "multi_needle")  # mc.data.long_tasks
 HAYSTACKS = ("words", "corpus")  # mc.data.haystack: what surrounds generated records
 LONG_RANGE_VARIANTS = ("recency", "compressed", "focused", "random", "salience", "oracle")
@@ -111,8 +111,9 @@ class MCConfig:
     min_loss_gap: float = 1e-3  # pairs whose loss gap is smaller carry no preference
     freeze_base: bool = True  # stage 2 leaves the base model frozen
     positions: str = "bounded"  # base-model positions: "bounded" (= "global" inside model.max_seq_len, mapped into it
-    #                             past it), "entries" (as bounded, older entries one position apart) or "global"
-    #                             span centres (POSITION_MODES; obsidian Positions)
+    #                             past it), "entries" (as bounded, older entries one position apart), "slots" (each
+    #                             entry at its index in the working context, every length) or "global" span centres
+    #                             (POSITION_MODES; obsidian Positions)
 
 
 @dataclass

@@ -93,6 +93,9 @@ def validate(cfg: RunConfig) -> RunConfig:
     _choice("mc.positions", mc.positions, POSITION_MODES)
     if mc.positions == "bounded" and mc.recent_tokens >= m.max_seq_len:
         _fail("mc.recent_tokens", mc.recent_tokens, f"bounded positions keep the tail exact: must be < model.max_seq_len ({m.max_seq_len})")
+    if mc.positions == "slots" and mc.max_entries > m.max_seq_len:
+        _fail("mc.max_entries", mc.max_entries, f"slots positions number the entries 0..max_entries-1: must be <= model.max_seq_len "
+              f"({m.max_seq_len}), or use mc.positions=entries")
     for key in ("bucket_ladder", "gist_bucket_ladder"):
         ladder = list(getattr(mc, key))
         if not ladder or any(not isinstance(b, int) or b <= 0 for b in ladder) or ladder != sorted(set(ladder)):

@@ -23,6 +23,13 @@ only, so for it :func:`base_positions` maps them according to ``mc.positions``:
   "previous token" attention, which keys on distance 1, cannot read it. Counting from the front
   keeps every older entry's position independent of the entries after it, so an edit changes only
   the positions from the edited entry on: the decode KV cache's suffix rule still holds.
+* ``slots``: every entry at its index in the working context, ``0, 1, 2, ...``, at every history length
+  (inside the window too, so it is a training choice, not only an evaluation one). Why: a real base
+  (SmolLM2) reads a needle through an 8x-window layout only when its raw tokens sit one apart *and* near
+  the question; ``entries`` leaves a gap of up to ``W - R - Q + 1 - n_older`` positions between the older
+  region and the exact one, thousands at ``max_seq_len`` 8192, and the base then misses what it reads
+  contiguously (obsidian Positions). Positions from an edited entry on move; so do the tail's after any
+  edit before it, so the decode KV cache recomputes that suffix (the same rule as ``entries``).
 
 The history length ``N`` is read off the positions themselves: the last real entry of a working
 context is always the LOD0 token ``N - 1`` (the recent tail is never empty), so the mapping needs
@@ -59,6 +66,9 @@ def base_positions(positions: Tensor, mask: Tensor, *, mode: str, window: int, r
     _check_mode(mode)
     if mode == "global":
         return positions
+    if mode == "slots":
+        rank = torch.cumsum(mask.to(torch.float32), -1) - 1.0  # [..., W] 0, 1, 2 ... over the real entries
+        return torch.where(mask, rank, positions.to(torch.float32)).to(positions.dtype)
     q = bounded_step(window, recent)
     pos = positions.to(torch.float32)
     last = torch.where(mask, pos, torch.full_like(pos, -1.0)).amax(-1, keepdim=True)  # [..., 1] = N - 1
@@ -81,6 +91,8 @@ def base_positions_list(positions: list[float], *, mode: str, window: int, recen
     """:func:`base_positions` for one working context's positions as Python floats (all real, the
     last one the token ``N - 1``); equal to the tensor version's float32 values."""
     _check_mode(mode)
+    if mode == "slots":
+        return [float(i) for i in range(len(positions))]
     if mode == "global" or not positions or positions[-1] + 1.0 <= window:
         return list(positions)
     pos = torch.tensor(positions, dtype=torch.float32)[None]  # the tensor map itself: bit-equal values
@@ -104,7 +116,7 @@ class IncrementalBasePositions:
     def __init__(self, *, mode: str, window: int, recent: int) -> None:
         _check_mode(mode)
         self.mode, self.window, self.recent = mode, window, recent
-        self.q = bounded_step(window, recent) if mode != "global" else 1
+        self.q = bounded_step(window, recent) if mode in ("bounded", "entries") else 1
         self.start = float(window - recent - self.q + 1)
         self._last_in: list[float] | None = None
         self._last_out: list[float] = []
@@ -116,9 +128,13 @@ class IncrementalBasePositions:
         prev = self._last_in
         if prev is not None and positions == prev:  # nothing changed since the last call (compared in C)
             return self._last_out
+        if self.mode == "slots" and prev is not None and len(positions) == len(prev) + 1 and positions[:-1] == prev:
+            out = [*self._last_out, float(len(prev))]  # a plain append: the new entry takes the next slot
+            self._last_in, self._last_out = positions, out
+            return out
         n = positions[-1] + 1.0 if positions else 0.0
         cut = self._cut(n)
-        if (self.mode != "global" and prev is not None and len(positions) == len(prev) + 1
+        if (self.mode in ("bounded", "entries") and prev is not None and len(positions) == len(prev) + 1
                 and self.window < prev[-1] + 1.0 and n < self._EXACT_LIMIT
                 and cut == self._cut(prev[-1] + 1.0) and positions[:-1] == prev):
             out = [*self._last_out, positions[-1] - cut + self.start]

@@ -69,15 +69,15 @@ def test_bounded_positions_move_only_every_q_tokens_so_a_kv_cache_stays_valid():
 def test_unknown_mode_and_a_tail_as_long_as_the_window_are_refused():
     pos, mask = wc_positions(100)
     with pytest.raises(ValueError, match="unknown position mode"):
-        base_positions(pos, mask, mode="slots", window=WINDOW, recent=RECENT)
+        base_positions(pos, mask, mode="ranks", window=WINDOW, recent=RECENT)
     with pytest.raises(ConfigError, match="mc.positions"):
-        load_config(TINY + ["mc.positions=slots"])
+        load_config(TINY + ["mc.positions=ranks"])
     with pytest.raises(ConfigError, match="max_seq_len"):
         load_config(TINY + ["mc.positions=bounded", "mc.recent_tokens=64", "mc.max_entries=80",
                             "mc.bucket_ladder=[16,80]", "eval.tail_tokens=8"])
 
 
-@pytest.mark.parametrize("mode", ["bounded", "entries", "global"])
+@pytest.mark.parametrize("mode", ["bounded", "entries", "slots", "global"])
 def test_no_position_past_the_window_reaches_the_base_in_a_long_session(monkeypatch, mode):
     """A session of 100x model.max_seq_len tokens (tiny config: 64 -> 6,400 and on), eager nets."""
     cfg = load_config(TINY + [f"mc.positions={mode}", "allocator.inference.refocus_interval=16"])
@@ -140,7 +140,7 @@ def test_entries_mode_changes_positions_only_from_an_edited_entry_on():
     assert a[-RECENT:] == b[-RECENT:]  # the exact region does not move either
 
 
-@pytest.mark.parametrize("mode", ["global", "bounded", "entries"])
+@pytest.mark.parametrize("mode", ["global", "bounded", "entries", "slots"])
 def test_incremental_positions_equal_the_full_map_through_appends_and_edits(mode):
     """The decoder's O(1)-per-append map returns exactly base_positions_list's floats, whether the
     session grew by one token (the memo path), made room, grew a level or was refocused (recomputed)."""
@@ -164,3 +164,22 @@ def test_incremental_positions_equal_the_full_map_through_appends_and_edits(mode
         memo_hits += got[:-1] == before and len(got) == len(before) + 1
         assert got == base_positions_list(pos, mode=mode, window=WINDOW, recent=RECENT), step
     assert memo_hits > WINDOW  # the fast path did run (most steps are plain appends)
+
+
+@pytest.mark.parametrize("n", [9, 63, 100, 6400, 10**6])
+def test_slots_number_the_real_entries_from_zero_at_every_length(n):
+    """Inside the window and far past it alike: entry i at position i (raw runs one apart, no gap before the
+    tail, every position below the budget); padding untouched; the list map equals the tensor map."""
+    pos, mask = wc_positions(n, max_lod=10)
+    out = base_positions(pos, mask, mode="slots", window=WINDOW, recent=RECENT)
+    k = int(mask.sum())
+    assert torch.equal(out[mask], torch.arange(k, dtype=out.dtype))
+    assert torch.equal(out[~mask], pos[~mask])
+    real = pos[mask].tolist()
+    assert base_positions_list(real, mode="slots", window=WINDOW, recent=RECENT) == out[mask].tolist()
+
+
+def test_slots_need_the_budget_inside_the_window():
+    load_config(TINY + ["mc.positions=slots"])  # 32 entries in a 64-token window: fine
+    with pytest.raises(ConfigError, match="mc.max_entries.*slots"):
+        load_config(TINY + ["mc.positions=slots", "model.max_seq_len=24", "eval.tail_tokens=4"])
