@@ -98,3 +98,19 @@ def test_report_of_one_part_says_the_other_targets_were_not_run():
     assert all(str(t["met"]).startswith("not run (--part ") for t in out[1:]), out
     harness_ran = targets({"bench": bench, "harness": {"figures": {}}}, cuda=True)
     assert harness_ran[1]["met"] is False  # a part that ran but recorded nothing is a failure, not "not run"
+
+
+def test_smollm2_targets_read_the_passkey_means_of_the_smollm2_part():
+    """The real reader's bars: oracle at 8x >= 0.9 x full at 2x, focused >= 0.8 x oracle at 8x; a part that ran
+    without those cells fails them, a call without the part says "not run"."""
+    from mc.app.gpu_report import targets
+
+    def smollm2(**cells):
+        return {"smollm2": {"figures": {"tasks_mean_over_depths": {k.replace("_", " "): v for k, v in cells.items()}}}}
+    rows = targets(smollm2(passkey_2x_full=1.0, passkey_8x_oracle=0.917, passkey_8x_focused=0.667), cuda=True)
+    oracle, focused = rows[-2], rows[-1]
+    assert "oracle at 8x W" in oracle["target"] and oracle["met"] is True and oracle["value"] == "0.917 vs 1.0"
+    assert "focused" in focused["target"] and focused["met"] is False  # 0.667 < 0.8 x 0.917
+    assert targets(smollm2(passkey_2x_full=1.0, passkey_8x_oracle=0.0, passkey_8x_focused=0.0), cuda=True)[-2]["met"] is False
+    assert targets(smollm2(), cuda=True)[-1] == {"target": focused["target"], "value": "not measured", "met": False}
+    assert targets({}, cuda=True)[-1]["met"] == "not run (--part smollm2)"
