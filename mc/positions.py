@@ -24,11 +24,11 @@ only, so for it :func:`base_positions` maps them according to ``mc.positions``:
   keeps every older entry's position independent of the entries after it, so an edit changes only
   the positions from the edited entry on: the decode KV cache's suffix rule still holds.
 * ``slots``: every entry at its index in the working context, ``0, 1, 2, ...``, at every history length
-  (inside the window too, so it is a training choice, not only an evaluation one). Why: a real base
-  (SmolLM2) reads a needle through an 8x-window layout only when its raw tokens sit one apart *and* near
-  the question; ``entries`` leaves a gap of up to ``W - R - Q + 1 - n_older`` positions between the older
-  region and the exact one, thousands at ``max_seq_len`` 8192, and the base then misses what it reads
-  contiguously (obsidian Positions). Positions from an edited entry on move; so do the tail's after any
+  (inside the window too, so it is a training choice, not only an evaluation one). Why: in a probe of
+  a real base (SmolLM2, obsidian Positions) the raw tokens of an 8x-window oracle layout were read when
+  numbered one apart with no gap before the question, and mostly missed with ``entries`` positions, which
+  leave up to ``W - R - Q + 1 - n_older`` positions (thousands at ``max_seq_len`` 8192) between the older
+  region and the exact one. Positions from an edited entry on move; so do the tail's after any
   edit before it, so the decode KV cache recomputes that suffix (the same rule as ``entries``).
 
 The history length ``N`` is read off the positions themselves: the last real entry of a working

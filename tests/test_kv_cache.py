@@ -23,7 +23,7 @@ from mc.sampling import Sampler  # noqa: E402
 GEOMETRIES = {"tiny": TINY + ["mc.max_lod=3"], "cpu": ["preset=cpu", "train.device=cpu", "mc.max_lod=2"],
               # the long preset's position mode past the window (540 tokens, a 64-token window)
               "tiny-entries": TINY + ["mc.max_lod=3", "mc.positions=entries"],
-              "tiny-slots": TINY + ["mc.max_lod=3", "mc.positions=slots"],  # the real-model presets' mode
+              "tiny-slots": TINY + ["mc.max_lod=3", "mc.positions=slots"],  # h100_smollm2's mode
               "tiny-no-qk-norm": TINY + ["mc.max_lod=3", "model.qk_norm=false"],  # the cached path skips the QK norms
               # branched refocus: the kept layout is one of several tried; the cache must follow it
               "tiny-branched": TINY + ["mc.max_lod=3", "allocator.inference.branches=3",
