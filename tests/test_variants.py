@@ -209,3 +209,35 @@ def test_variant_kinds_name_the_layouts_in_the_samplers_order():
         "baseline", "guided", "guided", "decoy"]  # capped as the sampler caps them
     assert variant_kinds(3, n_guided=2, n_decoy=1, has_decoys=True) == ["baseline", "decoy", "random", "random"]
     assert variant_kinds(3, n_guided=2, n_decoy=1, has_focus=True) == ["baseline", "guided", "guided", "random"]
+
+
+def _reference_random_expansion(coarse, target, generator):
+    """The sampler's random expansion as first written: the gist list re-read from the layout each time."""
+    wc = coarse.copy()
+    while len(wc) + wc.block_size - 1 <= target:
+        gists = [i for i, lod in enumerate(wc.lods()) if lod > 0]
+        if not gists:
+            break
+        wc.expand(gists[int(torch.randint(len(gists), (1,), generator=generator))])
+    return wc
+
+
+@pytest.mark.parametrize("geometry", [dict(block_size=4, max_lod=3, max_entries=40, recent_tokens=8),
+                                      dict(block_size=32, max_lod=2, max_entries=512, recent_tokens=128),
+                                      dict(block_size=8, max_lod=2, max_entries=64, recent_tokens=32)])
+def test_incremental_gist_list_draws_the_same_layouts_as_the_reference(monkeypatch, geometry):
+    """The kept-up-to-date gist list picks exactly the layouts the re-read list did, seed for seed (random,
+    guided and decoy variants alike), so every run's training data is unchanged."""
+    import mc.variants as variants_module
+
+    top = geometry["block_size"] ** geometry["max_lod"]
+    for seed in range(12):
+        n = top * (2 + seed % 5) + seed * 3
+        spans = dict(focus_span=(n // 3, n // 3 + 5), n_guided=1, decoy_spans=[(n // 2, n // 2 + 4)], n_decoy=1)
+        for extra in ({}, spans):
+            new = sample_variants(n, n_random=4, generator=torch.Generator().manual_seed(seed), **geometry, **extra)
+            with monkeypatch.context() as m:
+                m.setattr(variants_module, "_random_expansion", _reference_random_expansion)
+                ref = sample_variants(n, n_random=4, generator=torch.Generator().manual_seed(seed), **geometry, **extra)
+            assert [v.entries for v in new] == [v.entries for v in ref], (seed, extra)
+            assert any(len(v) > len(new[0]) // 2 for v in new[1:])  # the expansions did run
