@@ -45,6 +45,9 @@ from torch import Tensor
 from mc.config import POSITION_MODES
 
 
+_CUT_MODES = ("bounded", "entries")  # the modes with an exact region whose start moves every Q tokens
+
+
 def bounded_step(window: int, recent: int) -> int:
     """``Q``: how many tokens the exact region's start moves at a time (``R``, or less when
     ``2R`` would not fit the window); always ``1 <= Q <= window - recent``."""
@@ -68,7 +71,7 @@ def base_positions(positions: Tensor, mask: Tensor, *, mode: str, window: int, r
         return positions
     if mode == "slots":
         rank = torch.cumsum(mask.to(torch.float32), -1) - 1.0  # [..., W] 0, 1, 2 ... over the real entries
-        return torch.where(mask, rank, positions.to(torch.float32)).to(positions.dtype)
+        return torch.where(mask, rank.to(positions.dtype), positions)
     q = bounded_step(window, recent)
     pos = positions.to(torch.float32)
     last = torch.where(mask, pos, torch.full_like(pos, -1.0)).amax(-1, keepdim=True)  # [..., 1] = N - 1
@@ -116,7 +119,7 @@ class IncrementalBasePositions:
     def __init__(self, *, mode: str, window: int, recent: int) -> None:
         _check_mode(mode)
         self.mode, self.window, self.recent = mode, window, recent
-        self.q = bounded_step(window, recent) if mode in ("bounded", "entries") else 1
+        self.q = bounded_step(window, recent) if mode in _CUT_MODES else 1
         self.start = float(window - recent - self.q + 1)
         self._last_in: list[float] | None = None
         self._last_out: list[float] = []
@@ -134,7 +137,7 @@ class IncrementalBasePositions:
             return out
         n = positions[-1] + 1.0 if positions else 0.0
         cut = self._cut(n)
-        if (self.mode in ("bounded", "entries") and prev is not None and len(positions) == len(prev) + 1
+        if (self.mode in _CUT_MODES and prev is not None and len(positions) == len(prev) + 1
                 and self.window < prev[-1] + 1.0 and n < self._EXACT_LIMIT
                 and cut == self._cut(prev[-1] + 1.0) and positions[:-1] == prev):
             out = [*self._last_out, positions[-1] - cut + self.start]
