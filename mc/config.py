@@ -134,25 +134,25 @@ class AllocatorInferenceConfig:
     # nats: another path replaces LensNet's own zoom only when it fits those tokens better by this much. Small
     # differences are noise that would trade LensNet's (usually right) path for a wrong one (obsidian Focus Allocator).
     branch_margin: float = 8.0
+    # With branches > 1: each candidate layout's fit also counts the base's own greedy continuation of this many
+    # tokens under it (the log-probability of each token it would write; the session is restored after). A question
+    # that names nothing (a passkey) fits every layout alike; how sure the base is of what comes next does not
+    # (obsidian Focus Allocator, "Lookahead fit"). Costs this many base forwards per path. 0 = off.
+    branch_lookahead: int = 0
     # With branches > 1 and descend_first: the branches also zoom, from the starting layout, each child that LensNet's
     # own zoom passed over when it descended (the runner-up under each gist it opened), so a queried record beside a
     # distractor under one coarse gist gets a path too (obsidian Focus Allocator, "Sibling branches"). false = off.
     branch_siblings: bool = False
-    # With branches > 1: the starting layout (no edit) is a candidate too, tried last on the same rule (it replaces
-    # LensNet's zoom only when the base fits the newest tokens branch_margin nats better under it, and a later path
-    # only when better still). Why: a zoom pays for its expansions by trading the cheapest groups, and when the
-    # question's record is already at LOD0 (a record near the end of a short history) that block can be the
-    # cheapest; the question is then read worse after the refocus than before (obsidian Focus Allocator,
-    # "Unchanged branch"). false = off.
+    # With branches > 1: the starting layout (no edit) is a candidate too, tried last on the same rule. Why: a zoom
+    # pays for its expansions by trading the cheapest groups, and when the question's record is already at LOD0 that
+    # block can be the cheapest (obsidian Focus Allocator, "Unchanged branch"). false = off.
     branch_unchanged: bool = False
-    # once a zoom has opened a block to LOD0, its next expansion is the gist bordering that block that LensNet scores
-    # highest, not the best-scored gist anywhere (same edit budget): a record across two blocks is opened whole
-    # instead of being left half a gist (obsidian Focus Allocator, "Edge first").
+    # once a zoom has opened a block to LOD0, its next expansion is the bordering gist LensNet scores highest, not the
+    # best-scored gist anywhere: a record across two blocks is opened whole (obsidian Focus Allocator, "Edge first").
     edge_first: bool = False
     edge_sides: int = 1  # with edge_first: bordering expansions per zoom, 1 (LensNet's side) or 2 (both sides)
-    # an expansion of an LOD >= 2 gist is followed by the expansion of its best-scored child, so a zoom finishes the
-    # path it started instead of jumping to another coarse gist and leaving two half paths (obsidian Focus
-    # Allocator, "Descend first").
+    # an expansion of an LOD >= 2 gist is followed by that of its best-scored child: a zoom finishes the path it
+    # started instead of leaving two half paths (obsidian Focus Allocator, "Descend first").
     descend_first: bool = False
 
 

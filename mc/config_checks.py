@@ -133,6 +133,10 @@ def validate(cfg: RunConfig) -> RunConfig:
     if al.inference.branch_unchanged is True and al.inference.branches < 2:
         _fail("allocator.inference.branch_unchanged", True, "needs allocator.inference.branches >= 2 (the unchanged "
               "layout is kept by the branches' rule); set branches or drop it")
+    _positive("allocator.inference.branch_lookahead", al.inference.branch_lookahead, 0, " (0 = off)")
+    if al.inference.branch_lookahead and al.inference.branches < 2:
+        _fail("allocator.inference.branch_lookahead", al.inference.branch_lookahead, "needs allocator.inference."
+              "branches >= 2 (it scores the candidate layouts of a branched refocus); set branches or use 0")
     bm = al.inference.branch_margin
     if isinstance(bm, bool) or not isinstance(bm, (int, float)) or not 0.0 <= bm < 1e6:
         _fail("allocator.inference.branch_margin", bm, "expected a number of nats >= 0")

@@ -34,7 +34,7 @@ from mc.nets.lensnet import LensNet
 from mc.nets.losses import base_tail_loss, stage2_objective
 from mc.nets.positional import lod_rotary_cos_sin
 from mc.positions import base_positions
-from mc.refocus import run_refocus
+from mc.refocus import lookahead_fit, run_refocus
 from mc.session import InferenceSession, RefocusRecord
 from mc.tree import gist_levels
 from mc.gather import gather_planned
@@ -239,8 +239,7 @@ class MCController:
 
     @torch.no_grad()
     def refocus(self) -> RefocusRecord:
-        """LensNet-driven allocator iterations, one level per iteration, within the edit budget; with
-        ``allocator.inference.branches > 1`` also other paths, kept by the base's fit (:mod:`mc.refocus`)."""
+        """LensNet-driven allocator iterations within the edit budget, optionally branched (:mod:`mc.refocus`)."""
         s = self._require_session()
         record = run_refocus(s, self._session_scores, self._tail_fit)
         self.telemetry.emit({"kind": "refocus", "num_tokens": s.num_tokens, "iterations": record.iterations,
@@ -252,13 +251,14 @@ class MCController:
         return self._lensnet_allocator_scores(mwc, s.num_tokens)[: mwc.length].cpu()  # [len(wc)]
 
     def _tail_fit(self) -> float:
-        """Log-likelihood (nats) of the newest ``allocator.inference.branch_tail_tokens`` tokens (in the LOD0 tail)."""
-        s, n = self._require_session(), self.cfg.allocator.inference.branch_tail_tokens
-        mwc = s.materialize()
+        """Log-likelihood (nats) of the newest ``branch_tail_tokens`` tokens + the ``branch_lookahead`` continuation's."""
+        s, inf = self._require_session(), self.cfg.allocator.inference
+        mwc, n = s.materialize(), inf.branch_tail_tokens
         at = torch.arange(mwc.length - n - 1, mwc.length - 1, device=mwc.embeds.device)[None]  # [1, n]: the head there only
         logits = self.base_logits(mwc.embeds[None], mwc.positions[None], mwc.lods[None], mwc.mask[None], logit_index=at)
         logp = torch.log_softmax(logits[0].float(), dim=-1)  # [n, V]
-        return float(logp.gather(1, s.history()[-n:].to(logp.device)[:, None]).sum())
+        ahead = lookahead_fit(s, self.next_token_logits, lambda ids: self._extend(ids, False), inf.branch_lookahead)
+        return float(logp.gather(1, s.history()[-n:].to(logp.device)[:, None]).sum()) + ahead
 
     @torch.no_grad()
     def next_token_logits(self) -> Tensor:

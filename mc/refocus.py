@@ -26,12 +26,15 @@ helpers stay the only call sites of the (possibly compiled) nets.
   distractor often share a coarse gist (obsidian Focus Allocator, "Sibling branches"); with
   ``allocator.inference.branch_unchanged`` the starting layout itself is the last candidate, kept (no edit) on the
   same rule, so a refocus does not trade away a detail the question already reads (obsidian Focus Allocator,
-  "Unchanged branch").
+  "Unchanged branch"); with ``allocator.inference.branch_lookahead = n > 0`` each candidate's fit also counts the
+  base's own greedy continuation of n tokens under it (:func:`lookahead_fit`), so a question that names nothing is
+  told apart by how sure the base is of its answer (obsidian Focus Allocator, "Lookahead fit").
 """
 from __future__ import annotations
 
 from typing import Callable
 
+import torch
 from torch import Tensor
 
 from mc.config import AllocatorInferenceConfig
@@ -47,6 +50,26 @@ BRANCH_BONUS = 2.0  # added to a branch's entries; LensNet's scores are tanh, in
 def refocus_edit_budget(inf: AllocatorInferenceConfig) -> int:
     """Edits one refocus path may make: ``allocator.inference.edit_budget``, or ``iterations * max_edits`` when 0."""
     return inf.edit_budget or inf.iterations * inf.max_edits
+
+
+def lookahead_fit(s: InferenceSession, next_logits: Callable[[], Tensor], extend: Callable[[Tensor], None],
+                  n: int) -> float:
+    """Log-likelihood (nats) of the base's own greedy continuation of ``n`` tokens under the session's current
+    layout: each step appends the argmax token (``extend``, no refocus: the appends make room as decoding would)
+    and adds its log-probability. The session is restored afterwards, also when a step fails. 0.0 when n is 0."""
+    if n == 0:
+        return 0.0
+    snap = s.snapshot()
+    total = 0.0
+    try:
+        for _ in range(n):
+            logp = torch.log_softmax(next_logits().float(), dim=-1)  # [V]
+            tok = logp.argmax()
+            total += float(logp[tok])
+            extend(tok.view(1))
+    finally:
+        s.restore(snap)
+    return total
 
 
 def zoom(s: InferenceSession, scores_fn: ScoreFn, focus_span: tuple[int, int] | None = None

@@ -10,7 +10,7 @@ from _tiny_config import SCENARIO, TINY
 from mc.build import build_controller
 from mc.config import ConfigError
 from mc.config_loading import load_config
-from mc.refocus import zoom
+from mc.refocus import lookahead_fit, zoom
 
 # Three levels over a 600-token prompt: several gists to choose from, paths of more than one expansion.
 OVERRIDES = TINY + SCENARIO + ["mc.max_lod=2", "allocator.expand_top=1", "allocator.trade_margin_z=0.0",
@@ -158,5 +158,77 @@ def test_the_unchanged_layout_is_the_last_candidate(monkeypatch, start_fit, fits
     (["allocator.inference.branches=1", "allocator.inference.branch_unchanged=true"], "needs allocator.inference.branches"),
     (["allocator.inference.branches=2", "allocator.inference.branch_unchanged=maybe"], "branch_unchanged")])
 def test_branch_unchanged_needs_branches_and_a_bool(extra, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(OVERRIDES + extra)
+
+
+def _lookahead_controller(n: int):
+    torch.manual_seed(0)
+    return build_controller(load_config(OVERRIDES + ["allocator.inference.branches=3",
+                                                     f"allocator.inference.branch_lookahead={n}"]),
+                            device=torch.device("cpu"))
+
+
+def test_lookahead_fit_is_the_greedy_continuations_log_likelihood_and_leaves_the_session_as_it_was():
+    ctrl = _lookahead_controller(5)
+    s = ctrl.begin_session(_prompt(3, n=597))  # 3 tokens short of a block boundary: the lookahead completes a block
+    before = (s.history().clone(), list(s.wc.entries), s.tokens_since_refocus, s.tree.mark())
+    got = lookahead_fit(s, ctrl.next_token_logits, lambda ids: ctrl._extend(ids, False), 5)
+    assert torch.equal(s.history(), before[0]) and s.wc.entries == before[1]
+    assert s.tokens_since_refocus == before[2] and s.tree.mark() == before[3]
+    want = 0.0  # the same continuation, appended for real
+    for _ in range(5):
+        logp = torch.log_softmax(ctrl.next_token_logits().float(), -1)
+        want += float(logp.max())
+        ctrl.append(logp.argmax().view(1), refocus=False)
+    assert got == pytest.approx(want, abs=1e-4) and got < 0
+    assert lookahead_fit(s, ctrl.next_token_logits, lambda ids: None, 0) == 0.0
+
+
+def test_lookahead_fit_restores_the_session_when_a_step_fails():
+    ctrl = _lookahead_controller(3)
+    s = ctrl.begin_session(_prompt(4))
+    before = (s.history().clone(), list(s.wc.entries))
+    calls = []
+
+    def failing_logits():
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("boom")
+        return ctrl.next_token_logits()
+
+    with pytest.raises(RuntimeError, match="boom"):
+        lookahead_fit(s, failing_logits, lambda ids: ctrl._extend(ids, False), 3)
+    assert torch.equal(s.history(), before[0]) and s.wc.entries == before[1]
+
+
+def test_with_lookahead_each_path_is_fitted_on_its_tail_and_its_continuation(monkeypatch):
+    ctrl = _lookahead_controller(3)
+    ctrl.begin_session(_prompt(6))
+    n_tokens = ctrl.session.num_tokens
+    seen = []
+    real = ctrl._tail_fit
+
+    def spy():
+        fit = real()
+        ahead = lookahead_fit(ctrl.session, ctrl.next_token_logits, lambda ids: ctrl._extend(ids, False), 3)
+        seen.append((fit, _fit(ctrl) + ahead))  # the same number, computed by hand
+        return fit
+
+    monkeypatch.setattr(ctrl, "_tail_fit", spy)
+    rec = ctrl.refocus()
+    assert len(seen) == len(rec.branch_fits) == 3
+    for fit, by_hand in seen:
+        assert fit == pytest.approx(by_hand, abs=1e-4)
+    assert rec.branch == rec.branch_fits.index(max(rec.branch_fits))  # margin 0: the best fit
+    assert ctrl.session.num_tokens == n_tokens  # no lookahead token stayed in the history
+    ctrl.session.wc.validate()
+
+
+@pytest.mark.parametrize("extra, match", [
+    (["allocator.inference.branches=1", "allocator.inference.branch_lookahead=3"], "needs allocator.inference.branches"),
+    (["allocator.inference.branches=2", "allocator.inference.branch_lookahead=-1"], "branch_lookahead"),
+    (["allocator.inference.branches=2", "allocator.inference.branch_lookahead=true"], "branch_lookahead")])
+def test_branch_lookahead_is_checked(extra, match):
     with pytest.raises(ConfigError, match=match):
         load_config(OVERRIDES + extra)

@@ -27,7 +27,11 @@ GEOMETRIES = {"tiny": TINY + ["mc.max_lod=3"], "cpu": ["preset=cpu", "train.devi
               "tiny-no-qk-norm": TINY + ["mc.max_lod=3", "model.qk_norm=false"],  # the cached path skips the QK norms
               # branched refocus: the kept layout is one of several tried; the cache must follow it
               "tiny-branched": TINY + ["mc.max_lod=3", "allocator.inference.branches=3",
-                                       "allocator.inference.branch_tail_tokens=4", "allocator.inference.branch_margin=0"]}
+                                       "allocator.inference.branch_tail_tokens=4", "allocator.inference.branch_margin=0"],
+              # each path's fit decodes 3 tokens ahead and rolls the session back: nothing of it may reach the cache
+              "tiny-lookahead": TINY + ["mc.max_lod=3", "allocator.inference.branches=3", "allocator.inference.branch_margin=0",
+                                        "allocator.inference.branch_tail_tokens=4", "allocator.inference.branch_lookahead=3",
+                                        "allocator.inference.branch_unchanged=true"]}
 
 
 def _ctrl(overrides):
@@ -50,7 +54,7 @@ def test_greedy_with_cache_equals_without(geometry):
     (a, st), (b, _) = runs[True], runs[False]
     assert len(st.refocus_log) == 16  # the 40-token prompt is due at the first token, then every 32
     assert torch.equal(a, b), f"first differing token at {(a != b).nonzero()[:1].tolist()}"
-    if geometry == "tiny-branched":  # other paths than LensNet's were kept, so the cache followed a switch
+    if geometry in ("tiny-branched", "tiny-lookahead"):  # other paths than LensNet's were kept, so the cache followed a switch
         assert any(r.branch > 0 for r in ctrl.session.refocus_log)
 
 
