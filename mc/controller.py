@@ -254,17 +254,17 @@ class MCController:
         """Log-likelihood (nats) of the newest ``branch_tail_tokens`` tokens + the ``branch_lookahead`` continuation's."""
         s, inf = self._require_session(), self.cfg.allocator.inference
         mwc, n = s.materialize(), inf.branch_tail_tokens
-        at = torch.arange(mwc.length - n - 1, mwc.length - 1, device=mwc.embeds.device)[None]  # [1, n]: the head there only
+        at = torch.arange(mwc.length - n - 1, mwc.length, device=mwc.embeds.device)[None]  # [1, n + 1]: the tail's n, then the last
         logits = self.base_logits(mwc.embeds[None], mwc.positions[None], mwc.lods[None], mwc.mask[None], logit_index=at)
-        logp = torch.log_softmax(logits[0].float(), dim=-1)  # [n, V]
-        ahead = lookahead_fit(s, self.next_token_logits, lambda ids: self._extend(ids, False), inf.branch_lookahead)
+        logp = torch.log_softmax(logits[0, :n].float(), dim=-1)  # [n, V]; row n opens the lookahead
+        ahead = lookahead_fit(s, self.next_token_logits, lambda ids: self._extend(ids, False), inf.branch_lookahead,
+                              first_logits=finite_logits(logits[0, n]))
         return float(logp.gather(1, s.history()[-n:].to(logp.device)[:, None]).sum()) + ahead
 
     @torch.no_grad()
     def next_token_logits(self) -> Tensor:
         """Base-model logits ``[V]`` for the token after the session's history."""
-        s = self._require_session()
-        mwc = s.materialize()
+        mwc = self._require_session().materialize()
         last = torch.full((1, 1), mwc.length - 1, dtype=torch.long, device=mwc.embeds.device)  # the LM head there only
         logits = self.base_logits(mwc.embeds[None], mwc.positions[None], mwc.lods[None], mwc.mask[None], logit_index=last)
         return finite_logits(logits[0, 0])

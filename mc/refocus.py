@@ -53,20 +53,24 @@ def refocus_edit_budget(inf: AllocatorInferenceConfig) -> int:
 
 
 def lookahead_fit(s: InferenceSession, next_logits: Callable[[], Tensor], extend: Callable[[Tensor], None],
-                  n: int) -> float:
+                  n: int, first_logits: Tensor | None = None) -> float:
     """Log-likelihood (nats) of the base's own greedy continuation of ``n`` tokens under the session's current
-    layout: each step appends the argmax token (``extend``, no refocus: the appends make room as decoding would)
-    and adds its log-probability. The session is restored afterwards, also when a step fails. 0.0 when n is 0."""
+    layout: each step takes the argmax token and adds its log-probability, then appends it (``extend``, no
+    refocus: the appends make room as decoding would) unless it was the last. ``first_logits`` (``[V]``) are the
+    next-token logits the caller already has for the current layout (the tail fit's forward reads them at no
+    cost), saving one forward. The session is restored afterwards, also when a step fails. 0.0 when n is 0."""
     if n == 0:
         return 0.0
     snap = s.snapshot()
     total = 0.0
     try:
-        for _ in range(n):
-            logp = torch.log_softmax(next_logits().float(), dim=-1)  # [V]
+        for step in range(n):
+            logits = first_logits if step == 0 and first_logits is not None else next_logits()
+            logp = torch.log_softmax(logits.float(), dim=-1)  # [V]
             tok = logp.argmax()
             total += float(logp[tok])
-            extend(tok.view(1))
+            if step < n - 1:  # the last token is never read: appending it would only cost a GistNet pass
+                extend(tok.view(1))
     finally:
         s.restore(snap)
     return total

@@ -185,6 +185,21 @@ def test_lookahead_fit_is_the_greedy_continuations_log_likelihood_and_leaves_the
     assert lookahead_fit(s, ctrl.next_token_logits, lambda ids: None, 0) == 0.0
 
 
+def test_the_tail_fit_hands_its_last_logits_to_the_lookahead_and_never_appends_the_last_token(monkeypatch):
+    ctrl = _lookahead_controller(3)
+    s = ctrl.begin_session(_prompt(5))
+    forwards, appended = [], []
+    real_logits, real_extend = ctrl.base_logits, ctrl._extend
+    monkeypatch.setattr(ctrl, "base_logits", lambda *a, **k: forwards.append(1) or real_logits(*a, **k))
+    monkeypatch.setattr(ctrl, "_extend", lambda ids, refocus: appended.append(int(ids[0])) or real_extend(ids, refocus))
+    fit = ctrl._tail_fit()
+    assert len(forwards) == 3  # the tail's forward also opens the lookahead; then one per appended token
+    assert len(appended) == 2  # the third token's log-probability needs no append
+    monkeypatch.setattr(ctrl, "base_logits", real_logits)
+    by_hand = _fit(ctrl) + lookahead_fit(s, ctrl.next_token_logits, lambda ids: real_extend(ids, False), 3)
+    assert fit == pytest.approx(by_hand, abs=1e-4)
+
+
 def test_lookahead_fit_restores_the_session_when_a_step_fails():
     ctrl = _lookahead_controller(3)
     s = ctrl.begin_session(_prompt(4))
