@@ -247,3 +247,41 @@ def test_with_lookahead_each_path_is_fitted_on_its_tail_and_its_continuation(mon
 def test_branch_lookahead_is_checked(extra, match):
     with pytest.raises(ConfigError, match=match):
         load_config(OVERRIDES + extra)
+
+
+def test_lookahead_reads_through_a_real_model_adapter(tmp_path):
+    """model=hf (a tiny random Llama through the adapter, as SmolLM2 is read): each path's fit counts its tail and
+    its continuation, nothing stays in the history, and greedy decoding with the KV cache equals the cache-free path
+    with the lookahead on (the refocus reverts its own appends, so the cache must follow the restored layout)."""
+    pytest.importorskip("transformers", reason="model=hf needs the hf extra (scripts/setup_env.sh installs it)")
+    from _hf_models import tiny_hf_dir  # noqa: PLC0415 - needs transformers
+
+    d = tiny_hf_dir(tmp_path, "llama", 0.25)
+    torch.manual_seed(0)
+    ctrl = build_controller(load_config(["preset=smoke", "model=hf", f"model.hf_path={d}", "train.device=cpu",
+                                         "allocator.inference.branches=3", "allocator.inference.branch_margin=0",
+                                         "allocator.inference.branch_tail_tokens=4",
+                                         "allocator.inference.branch_lookahead=3"]), device=torch.device("cpu"))
+    prompt = torch.randint(3, ctrl.cfg.model.vocab_size, (300,), generator=torch.Generator().manual_seed(1))
+    ctrl.begin_session(prompt)
+    assert len(ctrl.session.wc) < 300  # the layout holds gists, so the branches have something to zoom
+    seen, real = [], ctrl._tail_fit
+
+    def spy():
+        fit = real()
+        ahead = lookahead_fit(ctrl.session, ctrl.next_token_logits, lambda ids: ctrl._extend(ids, False), 3)
+        seen.append((fit, _fit(ctrl) + ahead))
+        return fit
+
+    ctrl._tail_fit = spy
+    rec = ctrl.refocus()
+    del ctrl._tail_fit
+    assert len(seen) == len(rec.branch_fits) >= 3 and all(f == pytest.approx(h, abs=1e-3) for f, h in seen)
+    assert torch.equal(ctrl.session.history(), prompt)
+    ctrl.session.wc.validate()
+    outs = []
+    for use_cache in (True, False):
+        ctrl.begin_session(prompt)
+        outs.append(ctrl.generate(40, use_cache=use_cache))
+        assert len(ctrl.session.refocus_log) >= 1 and len(ctrl.session.refocus_log[-1].branch_fits) >= 3
+    assert torch.equal(outs[0], outs[1])
