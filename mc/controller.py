@@ -258,7 +258,7 @@ class MCController:
         logits = self.base_logits(mwc.embeds[None], mwc.positions[None], mwc.lods[None], mwc.mask[None], logit_index=at)
         logp = torch.log_softmax(logits[0, :n].float(), dim=-1)  # [n, V]; row n opens the lookahead
         ahead = lookahead_fit(s, self.next_token_logits, lambda ids: self._extend(ids, False), inf.branch_lookahead,
-                              first_logits=finite_logits(logits[0, n]))
+                              first_logits=finite_logits(logits[0, n]) if inf.branch_lookahead else None)
         return float(logp.gather(1, s.history()[-n:].to(logp.device)[:, None]).sum()) + ahead
 
     @torch.no_grad()
