@@ -256,7 +256,7 @@ class MCController:
         mwc, n = s.materialize(), inf.branch_tail_tokens
         at = torch.arange(mwc.length - n - 1, mwc.length, device=mwc.embeds.device)[None]  # [1, n + 1]: the tail's n, then the last
         logits = self.base_logits(mwc.embeds[None], mwc.positions[None], mwc.lods[None], mwc.mask[None], logit_index=at)
-        logp = torch.log_softmax(logits[0, :n].float(), dim=-1)  # [n, V]; row n opens the lookahead
+        logp = torch.log_softmax(logits[0, :n].float(), dim=-1)  # [n, V]: the tail's rows (logits row n opens the lookahead)
         ahead = lookahead_fit(s, self.next_token_logits, lambda ids: self._extend(ids, False), inf.branch_lookahead,
                               first_logits=finite_logits(logits[0, n]) if inf.branch_lookahead else None)
         return float(logp.gather(1, s.history()[-n:].to(logp.device)[:, None]).sum()) + ahead

@@ -217,20 +217,25 @@ def test_lookahead_fit_restores_the_session_when_a_step_fails():
     assert torch.equal(s.history(), before[0]) and s.wc.entries == before[1]
 
 
+def _spy_fits(ctrl, monkeypatch, n: int) -> list[tuple[float, float]]:
+    """Record, for every path a refocus fits, (the controller's fit, the same fit by hand: tail + continuation)."""
+    seen, real = [], ctrl._tail_fit
+
+    def spy():
+        fit = real()
+        ahead = lookahead_fit(ctrl.session, ctrl.next_token_logits, lambda ids: ctrl._extend(ids, False), n)
+        seen.append((fit, _fit(ctrl) + ahead))
+        return fit
+
+    monkeypatch.setattr(ctrl, "_tail_fit", spy)
+    return seen
+
+
 def test_with_lookahead_each_path_is_fitted_on_its_tail_and_its_continuation(monkeypatch):
     ctrl = _lookahead_controller(3)
     ctrl.begin_session(_prompt(6))
     n_tokens = ctrl.session.num_tokens
-    seen = []
-    real = ctrl._tail_fit
-
-    def spy():
-        fit = real()
-        ahead = lookahead_fit(ctrl.session, ctrl.next_token_logits, lambda ids: ctrl._extend(ids, False), 3)
-        seen.append((fit, _fit(ctrl) + ahead))  # the same number, computed by hand
-        return fit
-
-    monkeypatch.setattr(ctrl, "_tail_fit", spy)
+    seen = _spy_fits(ctrl, monkeypatch, 3)
     rec = ctrl.refocus()
     assert len(seen) == len(rec.branch_fits) == 3
     for fit, by_hand in seen:
@@ -249,7 +254,7 @@ def test_branch_lookahead_is_checked(extra, match):
         load_config(OVERRIDES + extra)
 
 
-def test_lookahead_reads_through_a_real_model_adapter(tmp_path):
+def test_lookahead_reads_through_a_real_model_adapter(tmp_path, monkeypatch):
     """model=hf (a tiny random Llama through the adapter, as SmolLM2 is read): each path's fit counts its tail and
     its continuation, nothing stays in the history, and greedy decoding with the KV cache equals the cache-free path
     with the lookahead on (the refocus reverts its own appends, so the cache must follow the restored layout)."""
@@ -265,17 +270,9 @@ def test_lookahead_reads_through_a_real_model_adapter(tmp_path):
     prompt = torch.randint(3, ctrl.cfg.model.vocab_size, (300,), generator=torch.Generator().manual_seed(1))
     ctrl.begin_session(prompt)
     assert len(ctrl.session.wc) < 300  # the layout holds gists, so the branches have something to zoom
-    seen, real = [], ctrl._tail_fit
-
-    def spy():
-        fit = real()
-        ahead = lookahead_fit(ctrl.session, ctrl.next_token_logits, lambda ids: ctrl._extend(ids, False), 3)
-        seen.append((fit, _fit(ctrl) + ahead))
-        return fit
-
-    ctrl._tail_fit = spy
+    seen = _spy_fits(ctrl, monkeypatch, 3)
     rec = ctrl.refocus()
-    del ctrl._tail_fit
+    monkeypatch.undo()
     assert len(seen) == len(rec.branch_fits) >= 3 and all(f == pytest.approx(h, abs=1e-3) for f, h in seen)
     assert torch.equal(ctrl.session.history(), prompt)
     ctrl.session.wc.validate()
