@@ -90,7 +90,10 @@ class MCConfig:
     recent_tokens: int = 64  # the last tokens that always stay LOD0
     bucket_ladder: list[int] = field(default_factory=lambda: [64, 128, 256])  # padded WC lengths
     gist_bucket_ladder: list[int] = field(default_factory=lambda: [1, 4, 16, 64])  # blocks per GistNet call (inference)
-    history_tokens: int = 2048  # stage-2 training sequence length T (multiple of K**max_lod)
+    history_tokens: int = 2048  # stage-2 training sequence length T (multiple of K**max_lod); validation reads this one
+    # stage-2 lengths a micro-step draws one of, uniformly (repeat one to weight it): multiples of K**max_lod,
+    # <= history_tokens, eager training only. [] = history_tokens always (obsidian Training, "History mix")
+    history_mix: list[int] = field(default_factory=list)
     n_random_variants: int = 3  # random compressions per training sequence (plus one baseline)
     # Of those, on recall sequences: the queried record's path expanded first (at most n_random_variants are: a
     # smaller n_random_variants, as the bench's quick shapes set, caps it rather than failing). 0 = random only.
@@ -361,9 +364,6 @@ class RunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     bench: BenchConfig = field(default_factory=BenchConfig)
-
-
-# ----------------------------------------------------------------------------- validation
 
 
 def to_dict(obj: Any) -> Any:

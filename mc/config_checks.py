@@ -88,6 +88,13 @@ def validate(cfg: RunConfig) -> RunConfig:
     top = mc.block_size ** mc.max_lod
     if mc.history_tokens % top:
         _fail("mc.history_tokens", mc.history_tokens, f"must be a multiple of block_size**max_lod = {top}")
+    mix = list(mc.history_mix)
+    if any(isinstance(n, bool) or not isinstance(n, int) or n <= 0 or n % top or n > mc.history_tokens for n in mix):
+        _fail("mc.history_mix", mix, f"expected stage-2 lengths that are positive multiples of block_size**max_lod = "
+              f"{top} and <= mc.history_tokens ({mc.history_tokens}), or [] for history_tokens alone")
+    if mix and cfg.compile.is_on("train"):
+        _fail("mc.history_mix", mix, "needs eager training (compile.*.train=off): each length would be another "
+              "compiled graph; use [] with a training compile mode")
     if mc.recent_tokens >= mc.max_entries:
         _fail("mc.recent_tokens", mc.recent_tokens, f"must be smaller than mc.max_entries ({mc.max_entries})")
     _choice("mc.positions", mc.positions, POSITION_MODES)

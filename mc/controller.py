@@ -138,7 +138,7 @@ class MCController:
         """Host half of a micro-step (variants, gather tables, LOD maps; CPU, pinned for CUDA; no device
         work: :mod:`mc.train.prefetch` runs it ahead). ``focus_spans``: per row the queried record's span or None;
         ``decoy_spans``: per row the other records' spans (``mc.decoy_variants``)."""
-        ids_bt = token_batch(ids_bt, self.cfg.model.vocab_size, self.cfg.mc.history_tokens)  # [B, T] ints in the vocabulary
+        ids_bt = token_batch(ids_bt, self.cfg.model.vocab_size, self.cfg.mc.history_tokens, mix=self.cfg.mc.history_mix)
         return plan_micro_step(ids_bt, self.cfg.mc, self.train_bucket, generator, pin=self.device.type == "cuda",
                                focus_spans=focus_spans, decoy_spans=decoy_spans)
 

@@ -12,7 +12,7 @@ The checks run eagerly, outside every compiled region, on the ids before they mo
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 from torch import Tensor
@@ -59,15 +59,17 @@ def token_ids(ids: Any, vocab_size: int, where: str) -> Tensor:
     return t.long()
 
 
-def token_batch(ids_bt: Any, vocab_size: int, history_tokens: int, where: str = "train_step") -> Tensor:
-    """``[B, T]`` integer ids inside the vocabulary with ``T == history_tokens`` -> the same tensor."""
+def token_batch(ids_bt: Any, vocab_size: int, history_tokens: int, where: str = "train_step",
+                mix: Sequence[int] = ()) -> Tensor:
+    """``[B, T]`` integer ids inside the vocabulary with ``T == history_tokens`` (or a length of ``mix``,
+    ``mc.history_mix``) -> the same tensor."""
     t = _as_ids(ids_bt, where)
     if t.dim() != 2:
         raise ValueError(f"{where}: expected token ids of shape [B, T] (a batch of sequences), got shape "
                          f"{list(t.shape)}; for one sequence pass ids[None]")
-    if t.shape[1] != history_tokens:
+    if t.shape[1] != history_tokens and t.shape[1] not in mix:
         raise ValueError(f"{where}: sequences have {t.shape[1]} tokens, the config trains on mc.history_tokens="
-                         f"{history_tokens}")
+                         f"{history_tokens}" + (f" and mc.history_mix={list(mix)}" if mix else ""))
     _in_vocab(t, vocab_size, where)
     return t.long()
 

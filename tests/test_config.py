@@ -82,12 +82,15 @@ def test_real_model_presets_resolve(preset):
         ("compile.warmup_iters=2", "compile.warmup_iters"),
         ("data.source=web", "data.source"),
         ("nope=1", "nope"),
+        ("mc.history_mix=[100]", "mc.history_mix"),  # the cpu preset: not a multiple of block_size**max_lod (8)
+        ("mc.history_mix=[64,256]", "<= mc.history_tokens (128)"),
+        ("mc.history_mix=[64] compile.gistnet.train=default", "needs eager training"),
         ("preset=zzz", "no preset 'zzz'"),
     ],
 )
 def test_bad_values_name_the_key(override, needle):
     with pytest.raises(ConfigError) as info:
-        load_config([override])
+        load_config(override.split())
     assert needle in str(info.value)
 
 

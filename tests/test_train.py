@@ -18,6 +18,7 @@ from mc.data.recall import fit_recall
 from mc.train.common import read_metrics
 from mc.train.optim import lr_at, make_optimizer
 from mc.train.stage1 import train_stage1
+from mc.train import stage2 as stage2_module
 from mc.train.stage2 import train_stage2
 
 
@@ -321,3 +322,35 @@ def test_a_checkpoint_from_before_a_key_existed_resumes(base_dir, tmp_path):
     with pytest.raises(ValueError, match="focus_loss_weight"):
         train_stage2(moved, run, progress=False)
     assert train_stage2(cfg, run, progress=False)["steps"] == 2
+
+
+def test_stage2_history_mix_draws_each_length_and_resumes_exactly(base_dir, tmp_path, monkeypatch):
+    """`mc.history_mix`: each micro-step trains on one of the listed lengths (drawn from the data generator, so
+    a resumed run draws the same ones); validation stays at `mc.history_tokens`."""
+    cfg = tiny_cfg(s2_steps=4)
+    cfg.mc.history_mix = [48, 64]
+    drawn = []
+    real = stage2_module.history_length
+    monkeypatch.setattr(stage2_module, "history_length", lambda mc, gen: drawn.append(real(mc, gen)) or drawn[-1])
+    full = _with_base(base_dir, tmp_path / "full")
+    part = _with_base(base_dir, tmp_path / "part")
+    train_stage2(cfg, full, progress=False)
+    assert set(drawn) == {48, 64}, f"8 micro-steps drew lengths {drawn}"
+    first, drawn[:] = list(drawn), []
+    train_stage2(cfg, part, progress=False, stop_after=2)
+    train_stage2(cfg, part, progress=False)
+    assert drawn[:4] == first[:4] and drawn[-4:] == first[-4:], "a resumed run draws other lengths"
+    a, b = (read_metrics(r / "stage2" / "metrics.jsonl") for r in (full, part))
+    for ra, rb in zip(a[2:], b[2:]):
+        assert abs(ra["lm_loss"] - rb["lm_loss"]) <= 1e-6, f"step {ra['step']} differs after resume"
+
+
+def test_train_step_takes_the_mix_lengths_only():
+    cfg = tiny_cfg()
+    cfg.mc.history_mix = [48]
+    ctrl = build_controller(cfg, device=torch.device("cpu"))
+    gen = torch.Generator().manual_seed(0)
+    plan = ctrl.prepare_step(torch.randint(0, 256, (2, 48), generator=gen), gen)
+    assert plan.lod_map.shape[-1] == 48 and int(plan.lengths.max()) <= cfg.mc.max_entries
+    with pytest.raises(ValueError, match=r"32 tokens.*history_tokens=64 and mc.history_mix=\[48\]"):
+        ctrl.prepare_step(torch.randint(0, 256, (2, 32), generator=gen), gen)

@@ -25,7 +25,7 @@ from mc.config import DataConfig, RecallConfig
 from mc.data.documents import DocumentSet
 from mc.data.haystack import CorpusHaystack
 from mc.data.local_files import load_documents
-from mc.data.recall import RecallDoc, make_recall_doc, recall_batch
+from mc.data.recall import RecallDoc, fit_recall, make_recall_doc, recall_batch
 from mc.data.split import check_split, stable_fraction
 from mc.data.stdlib_corpus import relative_key, stdlib_files, stdlib_root
 from mc.data.tokenizer import ByteTokenizer
@@ -150,7 +150,8 @@ class RecallSource:
     def sample_docs(self, batch_size: int, seq_len: int, generator: torch.Generator | None = None):
         _check_shape(batch_size, seq_len)
         ks = torch.randint(0, 2**31 - 1, (batch_size,), generator=generator).tolist()
-        cfg = dataclasses.replace(self.cfg, doc_tokens=seq_len)
+        # another length than the one the source was fitted to (mc.history_mix): fit the records to it too
+        cfg = self.cfg if seq_len == self.cfg.doc_tokens else fit_recall(self.cfg, seq_len)
         return recall_batch(cfg, [_recall_seed(self.split, k * self.world + self.rank) for k in ks], self.tokenizer,
                             min_tokens=min(self.shifted_min, seq_len), haystack=self.haystack)
 

@@ -47,6 +47,8 @@ def make_sampler(cfg: RunConfig, split: str, seq_len: int, *, max_files: int | N
     if not stage1 and rc.stage2_n_records:
         rc = dataclasses.replace(rc, n_records=rc.stage2_n_records)
     recall = fit_recall(rc, seq_len)
+    for n in [] if stage1 else cfg.mc.history_mix:  # a mix length too short for one record fails at start-up
+        fit_recall(rc, n)
     tok = tokenizer_for(cfg.model)  # bytes, or the model=hf base's own tokenizer
     shifted = cfg.data.recall.stage1_min_tokens if stage1 else 0
     if cfg.data.source == "recall":

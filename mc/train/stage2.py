@@ -57,6 +57,14 @@ STAGE2_VAL_SEED_OFFSET = 104729  # stage-2 validation batches and variants: thei
 DATA_SEED_OFFSET = 1  # stage 2 draws other batches than stage 1
 
 
+def history_length(mc, gen: torch.Generator) -> int:
+    """This micro-step's history length: ``mc.history_tokens``, or one of ``mc.history_mix`` drawn uniformly from
+    ``gen`` (the batch and variant generator, so a resumed run draws the same lengths)."""
+    if not mc.history_mix:
+        return mc.history_tokens
+    return int(mc.history_mix[int(torch.randint(len(mc.history_mix), (1,), generator=gen))])
+
+
 def step_stats(out) -> dict[str, torch.Tensor]:
     """Detached 0-d tensors of one micro-step (no host sync here; the caller sums, then syncs once)."""
     tails = out.tail_losses  # [B, V], variant 0 = recency baseline
@@ -149,7 +157,7 @@ def train_stage2(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
     # Host work of the next micro-steps (batch, variants, gather tables) runs in a thread while the
     # device runs this one; from here on only the prefetcher draws from `gen` (obsidian "Training").
     def make_plan():
-        batch = train_data.sample(lst.batch_size, cfg.mc.history_tokens, gen)
+        batch = train_data.sample(lst.batch_size, history_length(cfg.mc, gen), gen)
         return controller.prepare_step(batch.tokens, gen, batch.queried_spans(), decoy_spans=batch.other_record_spans())
     prefetch = PlanPrefetcher(make_plan, gen, depth=prefetch_depth(cfg.train.prefetch, device))
 
