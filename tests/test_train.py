@@ -325,8 +325,8 @@ def test_a_checkpoint_from_before_a_key_existed_resumes(base_dir, tmp_path):
 
 
 def test_stage2_history_mix_draws_each_length_and_resumes_exactly(base_dir, tmp_path, monkeypatch):
-    """`mc.history_mix`: each micro-step trains on one of the listed lengths (drawn from the data generator, so
-    a resumed run draws the same ones); validation stays at `mc.history_tokens`."""
+    """`mc.history_mix`: each micro-step trains on one of the listed lengths, drawn from the data generator, so
+    a resumed run draws the same ones and ends where the uninterrupted run does."""
     cfg = tiny_cfg(s2_steps=4)
     cfg.mc.history_mix = [48, 64]
     drawn = []

@@ -44,7 +44,7 @@ from tqdm.auto import tqdm
 import mc.train.distributed as distributed
 from mc.build import build_controller, stage1_base_path
 from mc.compile.telemetry import Telemetry
-from mc.config import RunConfig, to_dict
+from mc.config import MCConfig, RunConfig, to_dict
 from mc.config_checks import validate
 from mc.controller import MCController
 from mc.io import clean_stale_tmp
@@ -57,7 +57,7 @@ STAGE2_VAL_SEED_OFFSET = 104729  # stage-2 validation batches and variants: thei
 DATA_SEED_OFFSET = 1  # stage 2 draws other batches than stage 1
 
 
-def history_length(mc, gen: torch.Generator) -> int:
+def history_length(mc: MCConfig, gen: torch.Generator) -> int:
     """This micro-step's history length: ``mc.history_tokens``, or one of ``mc.history_mix`` drawn uniformly from
     ``gen`` (the batch and variant generator, so a resumed run draws the same lengths)."""
     if not mc.history_mix:
