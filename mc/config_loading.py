@@ -28,7 +28,7 @@ COMPILE_FLAGS: dict[str, tuple[str, ...]] = {
     "mc_compile_lensnet_inference": ("compile.lensnet.inference",),
     "mc_compile_gistnet": ("compile.gistnet.train", "compile.gistnet.inference"),
 }
-VALUE_FLAGS = ("preset", "compile_mode", "name", "stages", "force", "nproc")
+VALUE_FLAGS = ("preset", "compile_mode", "name", "stages", "force", "nproc", "stage1_from")
 BOOL_VALUES = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 
@@ -43,6 +43,7 @@ class WorkflowArgs:
     stages: str | None = None  # comma list of stages to run (default: all)
     force: str | None = None  # comma list of stages to redo even when their outputs exist
     nproc: int = 0  # --nproc N: stage 1/2 under torchrun on N ranks (0 = one process, no torchrun)
+    stage1_from: str | None = None  # --stage1-from DIR: stage 1 is a copy of that run folder's (a controlled stage-2 change)
     overrides: list[str] = field(default_factory=list)  # Hydra key=value overrides, verbatim
 
     @property

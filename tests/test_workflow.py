@@ -220,3 +220,28 @@ def test_gate_lets_a_passing_config_through(tmp_path, monkeypatch, capfd, real_h
     assert verdict["passed"] is True
     assert verdict["config_hash"] == workflow._expected_identity(
         load_config([*TINY, "compile.lensnet.inference=reduce-overhead"]))["config_hash"]
+
+
+def test_stage1_from_copies_another_runs_stage1_and_refuses_a_different_base(tmp_path, fake_stages, capsys):
+    """`--stage1-from DIR`: a stage-2 change compared on one base. Keys that feed only stage 2 and later (here
+    `mc.history_mix` and the stage-2 records region) may differ; a key stage 1 reads may not."""
+    assert workflow.main(base_args(tmp_path)) == 0
+    src = tmp_path / "r"
+    (src / "stage1" / "metrics.jsonl").write_text('{"step": 1}\n')
+    (src / "stage1" / "summary.json").write_text(json.dumps({"steps": 7}))
+    fake_stages.clear()
+    argv = [*TINY, f"out_dir={tmp_path}", "name=b", "--stage1-from", str(src), "mc.history_mix=[32,64]",
+            "data.recall.stage2_records_region=0.9"]
+    assert workflow.main(argv) == 0
+    assert "stage1" not in fake_stages and "stage2" in fake_stages  # the fake trainer never ran for stage 1
+    new = tmp_path / "b" / "stage1"
+    assert (new / "base.pt").read_bytes() == b"w" and (new / "metrics.jsonl").read_text() == '{"step": 1}\n'
+    summary = json.loads((new / "summary.json").read_text())
+    assert summary["steps"] == 7 and summary["adopted_from"] == str(src.resolve())
+    assert "stage1 is a copy of" in capsys.readouterr().out
+    bad = [*TINY, f"out_dir={tmp_path}", "name=c", "--stage1-from", str(src), "train.seed=9"]
+    assert workflow.main(bad) == 2
+    err = capsys.readouterr().err
+    assert "train.seed" in err and "another config" in err and not (tmp_path / "c").exists()
+    assert workflow.main([*TINY, f"out_dir={tmp_path}", "name=d", f"--stage1-from={tmp_path / 'nope'}"]) == 2
+    assert "no finished stage 1 there" in capsys.readouterr().err

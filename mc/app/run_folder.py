@@ -7,13 +7,15 @@ config, so a different config can never land in, and skip the stages of, another
 :func:`config_diff` (the dotted keys in which two resolved configs differ) and
 :func:`check_recorded_config` (a run folder whose ``config.json`` differs from the requested
 config is refused, naming the keys and the two ways out, unless ``--force`` redoes every stage
-those keys feed).
+those keys feed), and ``--stage1-from`` (:func:`check_stage1_source`, :func:`adopt_stage1`: another run folder's
+stage 1 copied in when its config agrees on every key stage 1 reads).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Callable
 
@@ -29,6 +31,11 @@ FIRST_STAGE = {"preset": "report", "telemetry": "stage2", "bench": "bench", "eva
                "compile": "stage2", "gistnet": "stage2", "lensnet": "stage2", "mc": "stage2",
                "train.stage2": "stage2", "train.tensorboard": "stage1", "model": "stage1", "train": "stage1",
                "data": "data"}
+
+
+# Data keys stage 1 never reads (stage 2's records layout): another run's stage 1 serves whatever their values.
+STAGE2_DATA_KEYS = ("data.recall.stage2_records_region", "data.recall.stage2_n_records")
+STAGE1_FILES = ("config.json", "stage1/base.pt", "stage1/summary.json")
 
 
 def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -124,3 +131,30 @@ def check_recorded_config(cfg: RunConfig, run_dir: Path, force: set[str], stages
 def _short(v: Any) -> str:
     text = json.dumps(v, default=str) if v is not None else "unset"
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check_stage1_source(cfg: RunConfig, source: Path) -> None:
+    """``--stage1-from``: ``source`` is a run folder with a finished stage 1 trained on what this config's stage 1
+    would train on (every key that feeds the data or stage 1 equal, but :data:`STAGE2_DATA_KEYS`); else a one-line
+    ConfigError naming what is missing or which keys differ."""
+    if cfg.model.source == "hf":
+        raise ConfigError("--stage1-from: a model=hf run has no stage 1 (the loaded model is the base); drop the flag")
+    missing = [f for f in STAGE1_FILES if not (source / f).is_file()]
+    if missing:
+        raise ConfigError(f"--stage1-from={source}: no finished stage 1 there (missing {', '.join(missing)}); finish "
+                          "that run's stage 1 or name another run folder")
+    old = read_recorded(source)
+    bad = [k for k in config_diff(old, to_dict(cfg)) if first_stage(k) in ("data", "stage1") and k not in STAGE2_DATA_KEYS]
+    if bad:
+        shown = ", ".join(f"{k} ({_short(_flat(old).get(k))} -> {_short(_flat(to_dict(cfg)).get(k))})" for k in bad[:6])
+        raise ConfigError(f"--stage1-from={source}: its stage 1 was trained on another config: {shown}"
+                          f"{f' and {len(bad) - 6} more' if len(bad) > 6 else ''}; only keys that feed stage 2 and "
+                          "later may differ")
+
+
+def adopt_stage1(source: Path, run_dir: Path) -> dict:
+    """The stage-1 runner under ``--stage1-from``: copies ``source/stage1`` (base, checkpoint, metrics) into
+    ``run_dir/stage1`` and returns its summary with ``adopted_from`` (the workflow writes it as the summary)."""
+    shutil.copytree(source / "stage1", run_dir / "stage1", dirs_exist_ok=True)
+    summary = json.loads((source / "stage1" / "summary.json").read_text(encoding="utf-8"))
+    return dict(summary, adopted_from=str(source.resolve()))

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from mc.config import ConfigError, RunConfig, to_dict
-from mc.app.run_folder import check_recorded_config, check_run_name, default_run_name
+from mc.app.run_folder import adopt_stage1, check_recorded_config, check_run_name, check_stage1_source, default_run_name
 from mc.app.run_lock import RunFolderBusy, RunLock, held_lock_fds
 from mc.app.stage_runners import run_bench_stage, run_data, run_env, run_eval, run_report, run_stage1, run_stage2
 from mc.config_loading import WorkflowArgs, compile_hash, config_hash, load_config, parse_workflow_args
@@ -56,7 +56,8 @@ SUMMARY_FILES = {"env": "env.json", "data": "data.json", "stage1": "stage1/summa
 USAGE = """\
 usage: bash run10.sh [--preset NAME] [--mc_compile_lensnet=1] [--mc_compile_lensnet_inference=1]
                      [--mc_compile_gistnet=1] [--compile_mode MODE] [--name NAME]
-                     [--stages a,b] [--force a,b] [--nproc N] [--dry-run] [--help] [key=value ...]
+                     [--stages a,b] [--force a,b] [--nproc N] [--stage1-from DIR] [--dry-run] [--help]
+                     [key=value ...]
        (bash mc_run.sh [...] = run10.sh with all three compile flags on)
 
 Stages, in order (outputs under <out_dir>/<name>/; without --name: runs/<preset>/ for a preset's own
@@ -87,6 +88,8 @@ Flags (both --flag=V and --flag V work):
                                    the compile harness instead of reusing a recorded verdict; "all")
   --nproc N                         stage1/stage2 under torchrun --standalone --nproc_per_node N (DDP: NCCL,
                                    one GPU per rank; Gloo on CPU); see obsidian "Distributed training"
+  --stage1-from DIR                stage 1 is a copy of run folder DIR's (its config must agree on every key that
+                                   feeds stage 1): a stage-2 change compared on one base (obsidian Runbook)
   --dry-run                        resolve, check and print the plan; run nothing, write nothing
   key=value                        any config override, passed to Hydra (e.g. train.stage2.steps=50)
 
@@ -261,6 +264,8 @@ def _resolve(argv: Sequence[str]) -> tuple[WorkflowArgs, RunConfig, dict[str, st
         from mc.train.distributed import local_config  # noqa: PLC0415
         local_config(cfg, args.nproc)
     run_dir = Path(cfg.out_dir) / cfg.name
+    if args.stage1_from is not None:
+        check_stage1_source(cfg, Path(args.stage1_from))
     diff = check_recorded_config(cfg, run_dir, covered, STAGES)
     return args, cfg, plan_stages([s for s in STAGES if s in selected], force, run_dir), force, diff
 
@@ -289,7 +294,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     needs_gate = cfg.compile.any_on and any(plan.get(s) == "run" for s in COMPILED)
     _say("plan: " + ", ".join(f"{s}={p}" for s, p in plan.items())
          + ("; compile gate before stage2/eval (before any training)" if needs_gate else "")
-         + (f"; stage1/stage2 under torchrun on {args.nproc} ranks (the rest in this process)" if args.nproc else ""))
+         + (f"; stage1/stage2 under torchrun on {args.nproc} ranks (the rest in this process)" if args.nproc else "")
+         + (f"; stage1 is a copy of {args.stage1_from}'s" if args.stage1_from is not None else ""))
     if dry_run:
         _say("dry run: nothing executed, nothing written")
         return 0
@@ -327,6 +333,8 @@ def _run_stages(args: WorkflowArgs, cfg: RunConfig, plan: dict[str, str], force:
         gated = False
         from mc.train.launch import gate_inputs, workflow_runners  # noqa: PLC0415
         runners = {**STAGE_RUNNERS, **workflow_runners(args.nproc)}  # --nproc: stage 1/2 under torchrun
+        if args.stage1_from is not None:
+            runners["stage1"] = lambda cfg, run_dir: adopt_stage1(Path(args.stage1_from), run_dir)
         for stage, what in plan.items():
             if needs_gate and not gated and stage in TRAINING and what == "run":
                 ok, msg = gate(*gate_inputs(cfg, args), run_dir, rerun="harness" in force)
