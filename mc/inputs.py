@@ -67,11 +67,17 @@ def token_batch(ids_bt: Any, vocab_size: int, history_tokens: int, where: str = 
     if t.dim() != 2:
         raise ValueError(f"{where}: expected token ids of shape [B, T] (a batch of sequences), got shape "
                          f"{list(t.shape)}; for one sequence pass ids[None]")
-    if t.shape[1] != history_tokens and t.shape[1] not in mix:
-        raise ValueError(f"{where}: sequences have {t.shape[1]} tokens, the config trains on mc.history_tokens="
-                         f"{history_tokens}" + (f" and mc.history_mix={list(mix)}" if mix else ""))
+    check_history_length(t.shape[1], history_tokens, mix, where)
     _in_vocab(t, vocab_size, where)
     return t.long()
+
+
+def check_history_length(t: int, history_tokens: int, mix: Sequence[int], where: str) -> None:
+    """A stage-2 sequence of ``t`` tokens is ``history_tokens`` or a length of ``mix`` (``mc.history_mix``) long;
+    else a ValueError naming both."""
+    if t != history_tokens and t not in mix:
+        raise ValueError(f"{where}: sequences have {t} tokens, the config trains on mc.history_tokens="
+                         f"{history_tokens}" + (f" and mc.history_mix={list(mix)}" if mix else ""))
 
 
 def finite_logits(logits: Tensor, where: str = "next_token_logits") -> Tensor:

@@ -20,6 +20,7 @@ from torch import Tensor
 from mc.config import MCConfig
 from mc.nets.losses import PreferenceResult
 from mc.gather import gather_tables, token_ids_of
+from mc.inputs import check_history_length
 from mc.variants import sample_variants, variant_kinds
 
 Spans = Sequence[tuple[int, int] | None] | None  # per training row: the queried record's token span, or None
@@ -67,10 +68,7 @@ def plan_micro_step(ids_bt: Tensor, mc: MCConfig, bucket: int, generator: torch.
     if ids_bt.dim() != 2:
         raise ValueError(f"train_step: ids must be [B, T], got shape {tuple(ids_bt.shape)}")
     b, t = ids_bt.shape
-    if t != mc.history_tokens and t not in mc.history_mix:
-        mix = f" and mc.history_mix={list(mc.history_mix)}" if mc.history_mix else ""
-        raise ValueError(f"train_step: sequences have {t} tokens, the config trains on mc.history_tokens="
-                         f"{mc.history_tokens}{mix}")
+    check_history_length(t, mc.history_tokens, mc.history_mix, "train_step")
     ids_bt = ids_bt.to("cpu", torch.long)  # the host half works on the host (a device tensor costs one sync here)
     if focus_spans is not None and len(focus_spans) != b:
         raise ValueError(f"train_step: {len(focus_spans)} focus spans for {b} sequences")

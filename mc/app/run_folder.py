@@ -119,13 +119,18 @@ def check_recorded_config(cfg: RunConfig, run_dir: Path, force: set[str], stages
     uncovered = [k for k in diff if order[first_stage(k)] < earliest]
     if uncovered:
         need = stages[min(order[first_stage(k)] for k in uncovered)]
-        shown = ", ".join(f"{k} ({_short(_flat(old).get(k))} -> {_short(_flat(to_dict(cfg)).get(k))})"
-                          for k in diff[:6]) + (f" and {len(diff) - 6} more" if len(diff) > 6 else "")
-        raise ConfigError(f"run folder {run_dir} holds a run with another config: {shown}; its outputs would be "
-                          f"mixed with this config's. Either pick a separate folder with --name=NEW (or drop "
+        raise ConfigError(f"run folder {run_dir} holds a run with another config: {_shown(diff, old, cfg)}; its "
+                          f"outputs would be mixed with this config's. Either pick a separate folder with --name=NEW (or drop "
                           f"--name/name= to get one named after the config), or redo the affected stages there "
                           f"with --force={need} (--force=all redoes everything)")
     return diff
+
+
+def _shown(keys: list[str], old: dict, cfg: RunConfig) -> str:
+    """``key (old -> new)`` for the first six differing ``keys``, then how many more."""
+    a, b = _flat(old), _flat(to_dict(cfg))
+    return (", ".join(f"{k} ({_short(a.get(k))} -> {_short(b.get(k))})" for k in keys[:6])
+            + (f" and {len(keys) - 6} more" if len(keys) > 6 else ""))
 
 
 def _short(v: Any) -> str:
@@ -146,10 +151,8 @@ def check_stage1_source(cfg: RunConfig, source: Path) -> None:
     old = read_recorded(source)
     bad = [k for k in config_diff(old, to_dict(cfg)) if first_stage(k) in ("data", "stage1") and k not in STAGE2_DATA_KEYS]
     if bad:
-        shown = ", ".join(f"{k} ({_short(_flat(old).get(k))} -> {_short(_flat(to_dict(cfg)).get(k))})" for k in bad[:6])
-        raise ConfigError(f"--stage1-from={source}: its stage 1 was trained on another config: {shown}"
-                          f"{f' and {len(bad) - 6} more' if len(bad) > 6 else ''}; only keys that feed stage 2 and "
-                          "later may differ")
+        raise ConfigError(f"--stage1-from={source}: its stage 1 was trained on another config: {_shown(bad, old, cfg)}; "
+                          "only keys that feed stage 2 and later may differ")
 
 
 def adopt_stage1(source: Path, run_dir: Path) -> dict:
