@@ -10,22 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Optional
 
-COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cudagraphs")
-FREEZE_MODES = ("fail", "warn", "off")
-DATA_SOURCES = ("stdlib", "files", "recall")
-ALLOCATOR_POLICIES = ("relative", "absolute")
-POSITION_MODES = ("global", "bounded", "entries", "slots")  # mc.positions (mc/positions.py)
-LONG_TASKS = ("passkey", "multi_needle")  # mc.data.long_tasks
-HAYSTACKS = ("words", "corpus")  # mc.data.haystack: what surrounds generated records
-LONG_RANGE_VARIANTS = ("recency", "compressed", "focused", "random", "salience", "oracle")
-TASK_SUITE_TASKS = ("passkey", "multikey", "multivalue", "vartrack")  # mc.data.real_tasks
-# full: the base over the whole history (where it fits model.max_seq_len); salience: a non-learned locator
-TASK_SUITE_VARIANTS = ("full", "recency", "compressed", "focused", "random", "salience", "oracle")
-DEVICES = ("auto", "cpu", "cuda")
-GIST_POOLINGS = ("mean_mlp", "query")
-BENCH_CASES = ("lensnet", "train", "tree", "session", "decode", "refocus")
-BASE_SOURCES = ("gpt", "hf")  # model.source: the built-in GPT or a Hugging Face causal LM (mc/nets/hf_base.py)
-HF_DTYPES = ("float32", "bfloat16", "float16")  # model.hf_dtype
+from mc.config_choices import (  # noqa: F401 (re-exported: the checks and the modules read them from here)
+    ALLOCATOR_POLICIES, BASE_SOURCES, BENCH_CASES, COMPILE_MODES, DATA_SOURCES, DEVICES, FREEZE_MODES, GIST_POOLINGS,
+    HAYSTACKS, HF_DTYPES, LONG_RANGE_VARIANTS, LONG_TASKS, POSITION_MODES, TASK_SUITE_TASKS, TASK_SUITE_VARIANTS)
 
 # Byte-level vocabulary: ids 0..255 are bytes, then three specials.
 BOS_ID, EOS_ID, PAD_ID = 256, 257, 258
@@ -268,11 +255,21 @@ class StageConfig:
 
 
 @dataclass
+class Stage1Config(StageConfig):
+    """Stage 1's loop, with a gate on the recall copy (obsidian Training, "Stage-1 copy gate")."""
+
+    # > 0: when the validation query loss at `steps` is above this, stage 1 trains on (a warm restart at half the
+    # peak lr, cosine down to max_steps) and stops at the first measurement at or below it; 0 = stop at `steps`
+    query_loss_target: float = 0.0
+    max_steps: int = 0  # the gate's cap on stage 1's steps (> steps when query_loss_target > 0; else unused)
+
+
+@dataclass
 class TrainConfig:
     device: str = "auto"  # "auto" (cuda when available), "cpu" or "cuda"
     seed: int = 1234
     tensorboard: bool = False  # also log the training scalars to <run>/stage{1,2}/tb/ (needs the "tb" extra)
-    stage1: StageConfig = field(default_factory=StageConfig)
+    stage1: Stage1Config = field(default_factory=Stage1Config)
     stage2: StageConfig = field(default_factory=lambda: StageConfig(steps=150, batch_size=2, grad_accum=2, lr=1e-3))
     log_every: int = 1  # stage 2: optimizer steps per metrics fetch (each fetch is one host-device sync)
     # stage 2: micro-steps whose host work a background thread prepares ahead (0 = inline); -1 = 2 on CUDA, 0 on CPU
@@ -280,6 +277,9 @@ class TrainConfig:
     prefetch: int = -1
     # Under torchrun (--nproc): a collective waiting longer fails the run (a hung rank); > rank 0's evaluation pauses.
     dist_timeout_s: int = 600
+
+    def __post_init__(self) -> None:  # a plain StageConfig given for stage 1 (code, tests) means the gate off
+        self.stage1 = Stage1Config(**vars(self.stage1)) if type(self.stage1) is StageConfig else self.stage1
 
 
 @dataclass

@@ -37,6 +37,21 @@ def _unit_interval(key: str, value: Any, *, closed: bool = True) -> None:
         _fail(key, value, "expected a number in [0, 1]" if closed else "expected a number in (0, 1)")
 
 
+def _check_copy_gate(cfg: RunConfig) -> None:
+    """``train.stage1.query_loss_target`` / ``max_steps``: the stage-1 copy gate (mc.train.stage1)."""
+    s1 = cfg.train.stage1
+    _loss_weight("train.stage1.query_loss_target", s1.query_loss_target)
+    _positive("train.stage1.max_steps", s1.max_steps, 0, " (the copy gate's cap on stage 1's steps; 0 = unused)")
+    if not s1.query_loss_target:
+        return
+    if s1.max_steps <= s1.steps:
+        _fail("train.stage1.max_steps", s1.max_steps, f"expected > train.stage1.steps ({s1.steps}) when "
+              f"train.stage1.query_loss_target > 0: the steps the gate may add (e.g. twice steps)")
+    if cfg.data.source != "recall" and not cfg.data.recall_mix:
+        _fail("train.stage1.query_loss_target", s1.query_loss_target, "measures the recall rows' query loss, and "
+              "data.recall_mix=0 gives stage 1 none: set data.recall_mix > 0 or the target to 0")
+
+
 def validate(cfg: RunConfig) -> RunConfig:
     """Check every field; return ``cfg`` unchanged or raise :class:`ConfigError`."""
     m = cfg.model
@@ -225,6 +240,7 @@ def validate(cfg: RunConfig) -> RunConfig:
             _fail(f"train.{stage}.steps", s.steps, "expected an integer >= 0")
         if not s.lr > 0:
             _fail(f"train.{stage}.lr", s.lr, "expected a number > 0")
+    _check_copy_gate(cfg)
     b = cfg.bench
     if not b.modes or any(m not in COMPILE_MODES or m == "off" for m in b.modes):
         _fail("bench.modes", list(b.modes), f"expected a non-empty list of {', '.join(COMPILE_MODES[1:])} (eager always runs)")

@@ -201,7 +201,7 @@ def _reference_stage1(cfg, world: int) -> dict[str, torch.Tensor]:
     opt = make_optimizer(model.parameters(), st)
     shards = [(Dist(rank=r, world=world).shard(make_sampler(cfg, "train", cfg.model.max_seq_len)),
                torch.Generator().manual_seed(Dist(rank=r, world=world).data_seed(cfg.train.seed))) for r in range(world)]
-    for step in range(st.steps):
+    for step in range(st.max_steps if st.query_loss_target else st.steps):  # the copy gate's cap: never met here
         set_lr(opt, lr_at(step, st))
         for sampler, gen in shards:
             for _ in range(local.grad_accum):
@@ -213,13 +213,18 @@ def _reference_stage1(cfg, world: int) -> dict[str, torch.Tensor]:
     return model.state_dict()
 
 
-def test_stage1_under_ddp_equals_one_process_over_the_same_global_batch(tmp_path, monkeypatch):
+@pytest.mark.parametrize("gate", [False, True])
+def test_stage1_under_ddp_equals_one_process_over_the_same_global_batch(tmp_path, monkeypatch, gate):
+    """With the copy gate on (a target no base reaches), rank 0 measures and both ranks train on together to the
+    cap: a rank that stopped alone would leave the other waiting in a collective until the timeout."""
     cfg = tiny_cfg(s1_steps=3)
-    cfg.train.stage1 = dataclasses.replace(cfg.train.stage1, batch_size=1, grad_accum=4, eval_every=100, ckpt_every=2)
+    cfg.train.stage1 = dataclasses.replace(cfg.train.stage1, batch_size=1, grad_accum=4, eval_every=100, ckpt_every=2,
+                                           **({"query_loss_target": 1e-9, "max_steps": 5} if gate else {}))
     for k, v in subprocess_env(MC_PROGRESS="0").items():
         monkeypatch.setenv(k, v)
     summary = run_distributed("stage1", cfg, tmp_path, 2)
-    assert summary["steps"] == 3
+    assert summary["steps"] == (5 if gate else 3)
+    assert ("copy_gate" in summary) == gate and (not gate or summary["copy_gate"]["met"] is False)
     assert all(rec["world_size"] == 2 for rec in read_metrics(tmp_path / "stage1" / "metrics.jsonl"))
     ddp = load_checkpoint(tmp_path / "stage1" / "base.pt")
     ref = _reference_stage1(cfg, 2)

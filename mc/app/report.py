@@ -138,6 +138,8 @@ def _training(rep: _Report) -> None:
         rep.add(f"### {stage}: {len(rows)} logged steps (last step {last.get('step', '?')})", "")
         if note:
             rep.add(f"_{note}_", "")
+        if stage == "stage1":
+            _copy_gate_line(rep)
         keys = [k for k in series if k not in ("lr",)]
         rep.add("| metric | first | last | min |", "|---|---|---|---|")
         for k in keys:
@@ -145,6 +147,16 @@ def _training(rep: _Report) -> None:
             rep.add(f"| {k} | {ys[0]:.4g} | {ys[-1]:.4g} | {min(ys):.4g} |")
         rep.add("")
         _training_plots(rep, stage, series)
+
+
+def _copy_gate_line(rep: _Report) -> None:
+    """Stage 1's copy gate, when it was on: where it stopped and whether the base met the query-loss target."""
+    gate = (read_json(rep.run_dir / "stage1" / "summary.json")[0] or {}).get("copy_gate")
+    if not gate:
+        return
+    how = ("met" if gate["met"] else "**NOT met** (train.stage1.max_steps reached: the base may not copy)")
+    rep.add(f"Copy gate {how} at step {gate['step']}: validation query loss {gate['val_query_loss']:.4f}, "
+            f"target {gate['target']} (obsidian Training, \"Stage-1 copy gate\").", "")
 
 
 _CE = "cross-entropy (nats/token)"
@@ -198,7 +210,8 @@ def base_copy_warning(metrics: dict) -> str | None:
         return (f"**WARNING: the base did not learn the recall copy**: with the whole document in view it recalls "
                 f"{full:.0%} (answer loss {nll:.2f} nats/token, chance over ten digits is {math.log(10):.2f}). Every "
                 "variant's recall, here and in the long-range sweep, is ~0 for that reason, not because of focus: "
-                "train stage 1 longer or on another seed (obsidian Training, \"The learning test\").")
+                "train stage 1 longer, or gate it on the copy (train.stage1.query_loss_target; obsidian Training, "
+                "\"Stage-1 copy gate\").")
     return (f"**NOTE: the base recalls only {full:.0%} with the whole document in view**"
             + (f" (answer loss {nll:.2f} nats/token)" if nll is not None else "")
             + ": the recall columns are bounded by the base's own copy and show little of what focus adds.")

@@ -13,9 +13,16 @@ and when measured val_loss and val_query_loss, the plain next-token loss and the
 rows' query tokens, :func:`evaluate_base`) and, at
 the end, ``base.pt`` (weights only: what stage 2 loads).
 
+Copy gate (``train.stage1.query_loss_target`` > 0; obsidian Training, "Stage-1 copy gate"): a base whose
+validation query loss is still above the target at ``steps`` has not learned the recall copy, and stage 2
+would then train over a base that cannot answer. It trains on, from a warm restart of the learning rate
+(:func:`mc.train.optim.lr_at`), measuring every ``eval_every`` steps, and stops at the first measurement
+at or below the target or at ``max_steps``; the summary's ``copy_gate`` records the outcome.
+
 Resume: an existing ``ckpt.pt`` restores everything and training continues at its step (same
 batches, same losses as an uninterrupted run); when ``base.pt`` exists and the checkpoint has
-reached ``train.stage1.steps`` the function returns the saved summary at once.
+reached ``train.stage1.steps`` the function returns the saved summary at once (``base.pt`` is
+written only when stage 1 has finished, the gate's extension included).
 
 Under torchrun (``bash run10.sh --nproc N``) the model trains under DDP, each rank on its own data
 shard with the per-rank batch of :func:`mc.train.distributed.per_rank_batch`; the logged train loss
@@ -143,14 +150,18 @@ def train_stage1(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
                               "rng": rng_state(gen), "config": to_dict(cfg), "summary": summary})
         guard.saved(step)
 
-    end = st.steps if stop_after is None else min(st.steps, stop_after)
+    gate = float(st.query_loss_target)
+    cap = st.max_steps if gate else st.steps
+    finished = step >= st.steps and (not gate or "copy_gate" in summary)
+    end = cap if stop_after is None else min(cap, stop_after)
     query_weight = float(cfg.data.recall.stage1_query_weight)
     log_every = max(1, min(st.eval_every, 10))
     tokens_per_step = st.batch_size * st.grad_accum * cfg.model.max_seq_len
-    bar = tqdm(total=st.steps, initial=step, desc="stage1", disable=not (progress and dist.is_main), dynamic_ncols=True)
+    bar = tqdm(total=st.steps if step < st.steps else cap, initial=step, desc="stage1",
+               disable=not (progress and dist.is_main), dynamic_ncols=True)
     t_log, tokens_since = time.perf_counter(), 0
     t_start, steps_run = time.perf_counter(), 0
-    while step < end:
+    while step < end and not finished:
         lr = lr_at(step, st)
         set_lr(optimizer, lr)
         loss_sum = torch.zeros((), device=device)
@@ -169,9 +180,9 @@ def train_stage1(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
         steps_run += 1
         tokens_since += tokens_per_step
         bar.update(1)
-        measure = step % st.eval_every == 0 or step == st.steps
-        save = step % st.ckpt_every == 0 and step < end
-        if step % log_every == 0 or measure or step == end or save:  # the loss is checked before every save
+        measure = step % st.eval_every == 0 or step == st.steps or step == cap
+        ckpt_due = step % st.ckpt_every == 0 and step < end
+        if step % log_every == 0 or measure or step == end or ckpt_due:  # the loss is checked before every save
             train_loss = dist.mean({"loss": float(loss_sum) / lst.grad_accum}, device)["loss"]
             guard.check_loss({"train_loss": train_loss}, step, lr)
         if step % log_every == 0 or measure or step == end:
@@ -184,10 +195,33 @@ def train_stage1(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
             summary.update(steps=step, train_loss=train_loss, tokens_per_s=rec["tokens_per_s"])
             bar.set_postfix(loss=f"{train_loss:.3f}", **({"val": f"{rec['val_loss']:.3f}"} if "val_loss" in rec else {}))
             t_log, tokens_since = time.perf_counter(), 0
-        if save:
+        if step >= st.steps and (not gate or measure):  # finished: the final checkpoint and base.pt follow the loop
+            finished = not gate or _gate_done(summary, dist, gate, step, cap, st.steps, bar)
+        if ckpt_due and not finished:
             checkpoint()
     finish_loop(bar, summary, step, steps_run, t_start, checkpoint)
     metrics.close()
-    if step >= st.steps and dist.is_main:
+    if finished and dist.is_main:
         save_checkpoint(base_path, model.state_dict())  # weights only (atomic too; finite: checked by checkpoint())
     return dict(summary, skipped=False)
+
+
+def _gate_done(summary: dict[str, Any], dist, target: float, step: int, cap: int, steps: int, bar) -> bool:
+    """The copy gate at a measurement from ``steps`` on: True (and ``summary["copy_gate"]`` set) when the validation
+    query loss is at or below ``target`` or ``cap`` is reached. Rank 0 measured; every rank takes its value (one
+    collective, so all ranks stop at the same step)."""
+    query = float(dist.gather(summary.get("val_query_loss", float("inf")))[0])
+    met = query <= target
+    if met or step >= cap:
+        summary["copy_gate"] = {"target": target, "met": met, "step": step, "val_query_loss": query}
+        if step > steps or not met:
+            print(f"[stage1] copy gate {'met' if met else 'NOT met'} at step {step}: validation query loss "
+                  f"{query:.4f} {'<=' if met else '>'} {target}" + ("" if met else " (train.stage1.max_steps reached): "
+                  "the base may not have learned the recall copy"), flush=True)
+        return True
+    if step == steps:
+        print(f"[stage1] copy gate: validation query loss {query:.4f} > {target} at step {steps}: training on, "
+              f"at most to step {cap} (train.stage1.max_steps)", flush=True)
+        bar.total = cap
+        bar.refresh()
+    return False
