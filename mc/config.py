@@ -110,9 +110,9 @@ class MCConfig:
 class AllocatorInferenceConfig:
     """How often and how hard the allocator refocuses during an inference session."""
 
-    iterations: int = 2  # allocator iterations (LensNet calls) per refocus, at most; a refocus stops early
-    #                      once an iteration chooses no edit or the edit budget is spent. Reaching a token under an
-    #                      LOD-L gist takes L expansions, one per iteration: give it >= max_lod iterations.
+    # allocator iterations (LensNet calls) per refocus, at most (it stops early at an iteration with no edit or at the
+    # edit budget); reaching a token under an LOD-L gist takes L expansions, one per iteration: give >= max_lod
+    iterations: int = 2
     max_edits: int = 4  # edits applied per iteration at most
     edit_budget: int = 0  # edits per refocus at most, over all its iterations (0 = iterations * max_edits)
     refocus_interval: int = 32  # tokens appended between refocuses
@@ -124,21 +124,18 @@ class AllocatorInferenceConfig:
     # nats: another path replaces LensNet's own zoom only when it fits those tokens better by this much. Small
     # differences are noise that would trade LensNet's (usually right) path for a wrong one (obsidian Focus Allocator).
     branch_margin: float = 8.0
-    # With branches > 1: each candidate layout's fit also counts the base's own greedy continuation of this many
-    # tokens under it (the log-probability of each token it would write; the session is restored after). A question
-    # that names nothing (a passkey) fits every layout alike; how sure the base is of what comes next does not
-    # (obsidian Focus Allocator, "Lookahead fit"). Costs this many base forwards per path. 0 = off.
+    # With branches > 1: each candidate layout's fit also counts the log-probability of the base's own greedy
+    # continuation of this many tokens under it: a question that names nothing (a passkey) fits every layout alike,
+    # the base's sureness of what comes next does not (obsidian Focus Allocator, "Lookahead fit"). 0 = off.
     branch_lookahead: int = 0
-    # With branches > 1 and descend_first: the branches also zoom, from the starting layout, each child that LensNet's
-    # own zoom passed over when it descended (the runner-up under each gist it opened), so a queried record beside a
-    # distractor under one coarse gist gets a path too (obsidian Focus Allocator, "Sibling branches"). false = off.
+    # With branches > 1 and descend_first: the branches also zoom each child LensNet's own zoom passed over when it
+    # descended (the runner-up under each gist it opened; obsidian Focus Allocator, "Sibling branches"). false = off.
     branch_siblings: bool = False
-    # With branches > 1: the starting layout (no edit) is a candidate too, tried last on the same rule. Why: a zoom
-    # pays for its expansions by trading the cheapest groups, and when the question's record is already at LOD0 that
-    # block can be the cheapest (obsidian Focus Allocator, "Unchanged branch"). false = off.
+    # With branches > 1: the starting layout (no edit) is a candidate too, tried last: a zoom trades the cheapest
+    # groups, which can be the question's record at LOD0 (obsidian Focus Allocator, "Unchanged branch"). false = off.
     branch_unchanged: bool = False
-    # once a zoom has opened a block to LOD0, its next expansion is the bordering gist LensNet scores highest, not the
-    # best-scored gist anywhere: a record across two blocks is opened whole (obsidian Focus Allocator, "Edge first").
+    # once a zoom has opened a block to LOD0, its next expansion is the bordering gist LensNet scores highest: a record
+    # across two blocks is opened whole (obsidian Focus Allocator, "Edge first").
     edge_first: bool = False
     edge_sides: int = 1  # with edge_first: bordering expansions per zoom, 1 (LensNet's side) or 2 (both sides)
     # an expansion of an LOD >= 2 gist is followed by that of its best-scored child: a zoom finishes the path it
@@ -259,9 +256,9 @@ class Stage1Config(StageConfig):
     """Stage 1's loop, with a gate on the recall copy (obsidian Training, "Stage-1 copy gate")."""
 
     # > 0: when the validation query loss at `steps` is above this, stage 1 trains on (a warm restart at half the
-    # peak lr, cosine down to max_steps) and stops at the first measurement at or below it; 0 = stop at `steps`
+    # peak lr, cosine down to the cap) and stops at the first measurement at or below it; 0 = stop at `steps`
     query_loss_target: float = 0.0
-    max_steps: int = 0  # the gate's cap on stage 1's steps (> steps when query_loss_target > 0; else unused)
+    max_steps_factor: float = 2.0  # the gate's cap: stage 1 ends by steps x this (rounded down), met or not
 
 
 @dataclass

@@ -38,15 +38,17 @@ def _unit_interval(key: str, value: Any, *, closed: bool = True) -> None:
 
 
 def _check_copy_gate(cfg: RunConfig) -> None:
-    """``train.stage1.query_loss_target`` / ``max_steps``: the stage-1 copy gate (mc.train.stage1)."""
+    """``train.stage1.query_loss_target`` / ``max_steps_factor``: the stage-1 copy gate (mc.train.stage1)."""
     s1 = cfg.train.stage1
     _loss_weight("train.stage1.query_loss_target", s1.query_loss_target)
-    _positive("train.stage1.max_steps", s1.max_steps, 0, " (the copy gate's cap on stage 1's steps; 0 = unused)")
+    f = s1.max_steps_factor
+    if isinstance(f, bool) or not isinstance(f, (int, float)) or not 1.0 <= f <= 100.0:
+        _fail("train.stage1.max_steps_factor", f, "expected a number in [1, 100] (the copy gate's cap, x steps)")
     if not s1.query_loss_target:
         return
-    if s1.max_steps <= s1.steps:
-        _fail("train.stage1.max_steps", s1.max_steps, f"expected > train.stage1.steps ({s1.steps}) when "
-              f"train.stage1.query_loss_target > 0: the steps the gate may add (e.g. twice steps)")
+    if int(s1.steps * f) <= s1.steps:
+        _fail("train.stage1.max_steps_factor", f, f"leaves the copy gate no step past train.stage1.steps ({s1.steps}): "
+              "raise it (e.g. 2.0) or set train.stage1.query_loss_target=0")
     if cfg.data.source != "recall" and not cfg.data.recall_mix:
         _fail("train.stage1.query_loss_target", s1.query_loss_target, "measures the recall rows' query loss, and "
               "data.recall_mix=0 gives stage 1 none: set data.recall_mix > 0 or the target to 0")

@@ -17,7 +17,8 @@ TINY = [f"model.d_model={D}", "model.n_layers=1", "model.n_heads=2", "model.max_
         f"mc.block_size={K}", "mc.max_lod=2", "mc.max_entries=32", "mc.recent_tokens=8",
         "mc.bucket_ladder=[16,32]", "mc.gist_bucket_ladder=[1,4]", "mc.history_tokens=64",
         "mc.n_random_variants=1", "train.stage2.batch_size=1", "allocator.inference.refocus_interval=4",
-        "eval.tail_tokens=8", "train.device=cpu"]
+        "eval.tail_tokens=8", "train.device=cpu",
+        "train.stage1.query_loss_target=0"]  # the default preset's copy gate off: a test's few stage-1 steps are all
 
 # What the controller scenarios need on top of TINY: B=2 sequences x V=3 variants = 6 training rows
 # (so a batch mix-up between rows shows), and a third gist bucket (16) so a 40-block GistNet call is

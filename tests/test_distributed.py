@@ -24,7 +24,7 @@ from mc.train.checkpoint import load_checkpoint
 from mc.train.common import make_sampler, read_metrics
 from mc.train.distributed import Dist, local_config, per_rank_batch
 from mc.train.launch import dies_with_parent, run_distributed
-from mc.train.optim import lr_at, make_optimizer, set_lr
+from mc.train.optim import lr_at, make_optimizer, set_lr, stage1_cap
 from mc.train.stage2 import DATA_SEED_OFFSET
 from test_train import tiny_cfg
 
@@ -201,7 +201,7 @@ def _reference_stage1(cfg, world: int) -> dict[str, torch.Tensor]:
     opt = make_optimizer(model.parameters(), st)
     shards = [(Dist(rank=r, world=world).shard(make_sampler(cfg, "train", cfg.model.max_seq_len)),
                torch.Generator().manual_seed(Dist(rank=r, world=world).data_seed(cfg.train.seed))) for r in range(world)]
-    for step in range(st.max_steps if st.query_loss_target else st.steps):  # the copy gate's cap: never met here
+    for step in range(stage1_cap(st)):  # with the copy gate (never met here) to its cap
         set_lr(opt, lr_at(step, st))
         for sampler, gen in shards:
             for _ in range(local.grad_accum):
@@ -219,7 +219,7 @@ def test_stage1_under_ddp_equals_one_process_over_the_same_global_batch(tmp_path
     cap: a rank that stopped alone would leave the other waiting in a collective until the timeout."""
     cfg = tiny_cfg(s1_steps=3)
     cfg.train.stage1 = dataclasses.replace(cfg.train.stage1, batch_size=1, grad_accum=4, eval_every=100, ckpt_every=2,
-                                           **({"query_loss_target": 1e-9, "max_steps": 5} if gate else {}))
+                                           **({"query_loss_target": 1e-9, "max_steps_factor": 1.7} if gate else {}))
     for k, v in subprocess_env(MC_PROGRESS="0").items():
         monkeypatch.setenv(k, v)
     summary = run_distributed("stage1", cfg, tmp_path, 2)

@@ -177,7 +177,7 @@ def test_report_says_when_the_base_itself_cannot_recall(tmp_path, full_acc, nll,
     ({"target": 0.1, "met": True, "step": 1600, "val_query_loss": 0.05},
      "Copy gate met at step 1600: validation query loss 0.0500, target 0.1"),
     ({"target": 0.1, "met": False, "step": 2400, "val_query_loss": 0.8},
-     "Copy gate **NOT met** (train.stage1.max_steps reached: the base may not copy) at step 2400"),
+     "Copy gate **NOT met** (at its cap, train.stage1.max_steps_factor: the base may not copy) at step 2400"),
     (None, None),
 ])
 def test_report_states_the_stage1_copy_gate(tmp_path, gate, expect):

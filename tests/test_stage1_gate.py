@@ -1,4 +1,4 @@
-"""Stage 1's copy gate (``train.stage1.query_loss_target`` / ``max_steps``): it stops at ``steps`` when the
+"""Stage 1's copy gate (``train.stage1.query_loss_target`` / ``max_steps_factor``): it stops at ``steps`` when the
 validation query loss is at or below the target, trains on from a warm restart of the learning rate when it is
 not, stops at the first measurement that meets it or at the cap, resumes exactly inside the extension, records
 the outcome in the summary, and refuses settings that cannot work."""
@@ -21,9 +21,9 @@ from test_train import tiny_cfg
 PEAK = 3e-3  # tiny_cfg's stage-1 lr
 
 
-def gated(target: float, max_steps: int = 8, **stage1):
-    cfg = tiny_cfg(s1_steps=4)  # eval_every 2, ckpt_every 2
-    s1 = dataclasses.replace(cfg.train.stage1, query_loss_target=target, max_steps=max_steps, **stage1)
+def gated(target: float, factor: float = 2.0, **stage1):
+    cfg = tiny_cfg(s1_steps=4)  # eval_every 2, ckpt_every 2; the cap 4 x factor
+    s1 = dataclasses.replace(cfg.train.stage1, query_loss_target=target, max_steps_factor=factor, **stage1)
     return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, stage1=s1))
 
 
@@ -59,16 +59,16 @@ def test_gate_met_at_steps_stops_there(tmp_path, monkeypatch):
 
 def test_gate_trains_on_from_the_restart_and_stops_at_the_first_measurement_that_meets_it(tmp_path, monkeypatch):
     calls = scripted_query_losses(monkeypatch, [5.0, 4.0, 0.5, 0.09, 0.01])
-    s = train_stage1(gated(0.1, max_steps=20), tmp_path, progress=False)
+    s = train_stage1(gated(0.1, factor=5.0), tmp_path, progress=False)
     assert s["steps"] == 8 and len(calls) == 4  # measured at 2, 4 (above), 6 (above), 8 (met): no step 10
     assert s["copy_gate"] == {"target": 0.1, "met": True, "step": 8, "val_query_loss": 0.09}
     recs = read_metrics(tmp_path / "stage1" / "metrics.jsonl")
     assert [r["step"] for r in recs] == [2, 4, 6, 8]
-    assert recs[2]["lr"] == pytest.approx(lr_at(5, gated(0.1, max_steps=20).train.stage1))  # step 6 ran at index 5
+    assert recs[2]["lr"] == pytest.approx(lr_at(5, gated(0.1, factor=5.0).train.stage1))  # step 6 ran at index 5
     assert recs[2]["lr"] > recs[1]["lr"]  # the warm restart: above the schedule's last learning rate
     assert load_checkpoint(tmp_path / "stage1" / "ckpt.pt")["step"] == 8
     assert (tmp_path / "stage1" / "base.pt").is_file()
-    again = train_stage1(gated(0.1, max_steps=20), tmp_path, progress=False)
+    again = train_stage1(gated(0.1, factor=5.0), tmp_path, progress=False)
     assert again["skipped"] and again["copy_gate"]["step"] == 8
 
 
@@ -94,17 +94,18 @@ def test_resume_inside_the_extension_is_exact(tmp_path):
     assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
 
 
-@pytest.mark.parametrize("change, key", [
-    ({"target": 0.1, "max_steps": 4}, "train.stage1.max_steps"),  # no room above steps
-    ({"target": 0.1, "max_steps": 0}, "train.stage1.max_steps"),
-    ({"target": -0.1}, "train.stage1.query_loss_target"),
-    ({"target": float("nan")}, "train.stage1.query_loss_target"),
-    ({"target": 0.0, "max_steps": -1}, "train.stage1.max_steps"),
+@pytest.mark.parametrize("target, factor, key", [
+    (0.1, 1.0, "train.stage1.max_steps_factor"),  # no step past `steps`
+    (0.1, 1.2, "train.stage1.max_steps_factor"),  # 4 x 1.2 rounds down to 4
+    (0.0, 0.5, "train.stage1.max_steps_factor"),  # below 1 even with the gate off
+    (0.0, True, "train.stage1.max_steps_factor"),
+    (0.0, float("nan"), "train.stage1.max_steps_factor"),
+    (-0.1, 2.0, "train.stage1.query_loss_target"),
+    (float("nan"), 2.0, "train.stage1.query_loss_target"),
 ])
-def test_bad_gate_settings_are_config_errors(change, key):
-    cfg = gated(change.pop("target"), **({"max_steps": change.pop("max_steps")} if "max_steps" in change else {}))
+def test_bad_gate_settings_are_config_errors(target, factor, key):
     with pytest.raises(ConfigError, match=key):
-        validate(cfg)
+        validate(gated(target, factor))
 
 
 def test_gate_without_recall_rows_is_a_config_error():

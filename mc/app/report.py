@@ -154,7 +154,7 @@ def _copy_gate_line(rep: _Report) -> None:
     gate = (read_json(rep.run_dir / "stage1" / "summary.json")[0] or {}).get("copy_gate")
     if not gate:
         return
-    how = ("met" if gate["met"] else "**NOT met** (train.stage1.max_steps reached: the base may not copy)")
+    how = ("met" if gate["met"] else "**NOT met** (at its cap, train.stage1.max_steps_factor: the base may not copy)")
     rep.add(f"Copy gate {how} at step {gate['step']}: validation query loss {gate['val_query_loss']:.4f}, "
             f"target {gate['target']} (obsidian Training, \"Stage-1 copy gate\").", "")
 

@@ -3,7 +3,7 @@
 Owns: :func:`make_optimizer` (AdamW; weight decay only on matrices, never on norms/biases/1-d
 gains) and :func:`lr_at` / :func:`set_lr` (linear warm-up, then cosine decay to ``min_ratio`` of
 the peak; past ``steps``, which only stage 1's copy gate reaches, a warm restart at ``RESTART_RATIO`` of the
-peak decaying by cosine to ``min_ratio`` at ``max_steps``). The schedule is a pure function of the step, so a
+peak decaying by cosine to ``min_ratio`` at the gate's cap, :func:`stage1_cap`). The schedule is a pure function of the step, so a
 resumed run sets the same learning rate as an uninterrupted one without saving any scheduler state.
 """
 from __future__ import annotations
@@ -47,8 +47,8 @@ def lr_at(step: int, stage: StageConfig, *, min_ratio: float = MIN_LR_RATIO) -> 
     if step < 0:
         raise ValueError(f"lr_at: step must be >= 0, got {step}")
     peak = stage.lr
-    cap = getattr(stage, "max_steps", 0)  # Stage1Config: the copy gate's extension (mc.train.stage1)
-    if step >= stage.steps and getattr(stage, "query_loss_target", 0) and cap > stage.steps:
+    cap = stage1_cap(stage)  # Stage1Config with the copy gate on: its extension (mc.train.stage1); else steps
+    if step >= stage.steps and cap > stage.steps:
         frac = min(1.0, (step - stage.steps) / (cap - stage.steps))
         return peak * (min_ratio + (RESTART_RATIO - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * frac)))
     warm = max(0, min(stage.warmup_steps, stage.steps))
@@ -57,6 +57,14 @@ def lr_at(step: int, stage: StageConfig, *, min_ratio: float = MIN_LR_RATIO) -> 
     decay_steps = max(1, stage.steps - warm)
     frac = min(1.0, (step - warm) / decay_steps)
     return peak * (min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * frac)))
+
+
+def stage1_cap(stage: StageConfig) -> int:
+    """The last step a stage can reach: ``steps``, or with stage 1's copy gate on, ``steps x max_steps_factor``
+    rounded down (``train.stage1.query_loss_target`` > 0; obsidian Training, "Stage-1 copy gate")."""
+    if not getattr(stage, "query_loss_target", 0):
+        return stage.steps
+    return int(stage.steps * stage.max_steps_factor)
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

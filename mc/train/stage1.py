@@ -17,7 +17,7 @@ Copy gate (``train.stage1.query_loss_target`` > 0; obsidian Training, "Stage-1 c
 validation query loss is still above the target at ``steps`` has not learned the recall copy, and stage 2
 would then train over a base that cannot answer. It trains on, from a warm restart of the learning rate
 (:func:`mc.train.optim.lr_at`), measuring every ``eval_every`` steps, and stops at the first measurement
-at or below the target or at ``max_steps``; the summary's ``copy_gate`` records the outcome.
+at or below the target or at its cap (:func:`mc.train.optim.stage1_cap`); the summary's ``copy_gate`` records the outcome.
 
 Resume: an existing ``ckpt.pt`` restores everything and training continues at its step (same
 batches, same losses as an uninterrupted run); when ``base.pt`` exists and the checkpoint has
@@ -47,7 +47,7 @@ from mc.nets.gpt import GPT, next_token_loss
 from mc.train.checkpoint import (DivergenceGuard, check_finite, load_checkpoint, require_keys, rng_state,
                                  save_checkpoint)
 from mc.train.common import check_resume_config, finish_loop, loop_io, resume_into, setup_device
-from mc.train.optim import lr_at, make_optimizer, set_lr
+from mc.train.optim import lr_at, make_optimizer, set_lr, stage1_cap
 
 
 def _autocast(device: torch.device):
@@ -151,7 +151,7 @@ def train_stage1(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
         guard.saved(step)
 
     gate = float(st.query_loss_target)
-    cap = st.max_steps if gate else st.steps
+    cap = stage1_cap(st)
     finished = step >= st.steps and (not gate or "copy_gate" in summary)
     end = cap if stop_after is None else min(cap, stop_after)
     query_weight = float(cfg.data.recall.stage1_query_weight)
@@ -216,12 +216,12 @@ def _gate_done(summary: dict[str, Any], dist, target: float, step: int, cap: int
         summary["copy_gate"] = {"target": target, "met": met, "step": step, "val_query_loss": query}
         if step > steps or not met:
             print(f"[stage1] copy gate {'met' if met else 'NOT met'} at step {step}: validation query loss "
-                  f"{query:.4f} {'<=' if met else '>'} {target}" + ("" if met else " (train.stage1.max_steps reached): "
+                  f"{query:.4f} {'<=' if met else '>'} {target}" + ("" if met else " (the cap, train.stage1.max_steps_factor): "
                   "the base may not have learned the recall copy"), flush=True)
         return True
     if step == steps:
         print(f"[stage1] copy gate: validation query loss {query:.4f} > {target} at step {steps}: training on, "
-              f"at most to step {cap} (train.stage1.max_steps)", flush=True)
+              f"at most to step {cap} (train.stage1.max_steps_factor)", flush=True)
         bar.total = cap
         bar.refresh()
     return False
