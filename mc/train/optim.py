@@ -2,9 +2,10 @@
 
 Owns: :func:`make_optimizer` (AdamW; weight decay only on matrices, never on norms/biases/1-d
 gains) and :func:`lr_at` / :func:`set_lr` (linear warm-up, then cosine decay to ``min_ratio`` of
-the peak; past ``steps``, which only stage 1's copy gate reaches, a warm restart at ``RESTART_RATIO`` of the
-peak decaying by cosine to ``min_ratio`` at the gate's cap, :func:`stage1_cap`). The schedule is a pure function of the step, so a
-resumed run sets the same learning rate as an uninterrupted one without saving any scheduler state.
+the peak; past ``steps``, which only stage 1's copy gate reaches, a warm restart at ``RESTART_RATIO`` of
+the peak decaying by cosine to ``min_ratio`` at the gate's cap, :func:`stage1_cap`). The schedule is a
+pure function of the step, so a resumed run sets the same learning rate as an uninterrupted one without
+saving any scheduler state.
 """
 from __future__ import annotations
 

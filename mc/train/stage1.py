@@ -17,7 +17,8 @@ Copy gate (``train.stage1.query_loss_target`` > 0; obsidian Training, "Stage-1 c
 validation query loss is still above the target at ``steps`` has not learned the recall copy, and stage 2
 would then train over a base that cannot answer. It trains on, from a warm restart of the learning rate
 (:func:`mc.train.optim.lr_at`), measuring every ``eval_every`` steps, and stops at the first measurement
-at or below the target or at its cap (:func:`mc.train.optim.stage1_cap`); the summary's ``copy_gate`` records the outcome.
+at or below the target or at its cap (:func:`mc.train.optim.stage1_cap`); the summary's ``copy_gate``
+records the outcome.
 
 Resume: an existing ``ckpt.pt`` restores everything and training continues at its step (same
 batches, same losses as an uninterrupted run); when ``base.pt`` exists and the checkpoint has
@@ -214,14 +215,15 @@ def _gate_done(summary: dict[str, Any], dist, target: float, step: int, cap: int
     met = query <= target
     if met or step >= cap:
         summary["copy_gate"] = {"target": target, "met": met, "step": step, "val_query_loss": query}
-        if step > steps or not met:
+        if (step > steps or not met) and dist.is_main:
             print(f"[stage1] copy gate {'met' if met else 'NOT met'} at step {step}: validation query loss "
-                  f"{query:.4f} {'<=' if met else '>'} {target}" + ("" if met else " (the cap, train.stage1.max_steps_factor): "
-                  "the base may not have learned the recall copy"), flush=True)
+                  f"{query:.4f} {'<=' if met else '>'} {target}" + ("" if met else " (the cap, "
+                  "train.stage1.max_steps_factor): the base may not have learned the recall copy"), flush=True)
         return True
     if step == steps:
-        print(f"[stage1] copy gate: validation query loss {query:.4f} > {target} at step {steps}: training on, "
-              f"at most to step {cap} (train.stage1.max_steps_factor)", flush=True)
+        if dist.is_main:
+            print(f"[stage1] copy gate: validation query loss {query:.4f} > {target} at step {steps}: training on, "
+                  f"at most to step {cap} (train.stage1.max_steps_factor)", flush=True)
         bar.total = cap
         bar.refresh()
     return False
