@@ -218,7 +218,8 @@ class RecallConfig:
     # The filler (mc.data.haystack; obsidian Data, "Haystacks, templates and decoys"): "words" = lowercase
     # pseudo-text, "corpus" = the run's corpus (train split in training, val split in evaluation).
     haystack: str = "words"
-    # Record templates, "{k}" then "{v}" at the end; each document draws one. The query repeats the text up to "{v}".
+    # Record templates, "{k}" then "{v}" at the end, each document draws one; "{s}" between them is a separator drawn
+    # per document (mc.data.haystack.draw_separator). The query repeats the text up to "{v}".
     templates: list[str] = field(default_factory=lambda: ["{k}={v}"])
     eval_template: str = ""  # a template never trained on: the sweep also runs each task with it ("" = none)
     key_lens: list[int] = field(default_factory=list)  # key lengths training draws from ([] = key_len only)

@@ -215,6 +215,9 @@ def validate(cfg: RunConfig) -> RunConfig:
     if r.eval_template and r.eval_template in r.templates:
         _fail("data.recall.eval_template", r.eval_template, "is also in data.recall.templates; a held-out template "
               "must not be trained on")
+    if "{s}" in r.eval_template:
+        _fail("data.recall.eval_template", r.eval_template, "holds {s} (a drawn separator); a held-out template is "
+              "one fixed record shape, e.g. '{k} is {v}'")
     for kl in r.key_lens:
         _positive("data.recall.key_lens", kl)
     if r.stage1_min_tokens:

@@ -32,7 +32,7 @@ def test_long_corpus_is_long_with_harder_documents():
     long, hard = to_dict(load_config(["preset=long"])), to_dict(load_config(["preset=long_corpus"]))
     changed = {"haystack": "corpus", "eval_template": "{k} is {v}", "key_lens": [2, 3], "near_decoys": True,
                "stage1_min_tokens": 48, "stage2_records_region": 0.97,
-               "templates": ["{k}={v}", "{k}: {v}", "{k} -> {v}", "set {k} to {v}"]}
+               "templates": ["{k}={v}", "{k}: {v}", "{k} -> {v}", "set {k} to {v}", *["{k}{s}{v}"] * 4]}
     assert {k: hard["data"]["recall"][k] for k in changed} == changed
     picked = {"branch_lookahead": 3, "branch_margin": 0.0}
     assert {k: hard["allocator"]["inference"][k] for k in picked} == picked

@@ -10,7 +10,8 @@ import torch
 
 from mc.config import ConfigError, DataConfig, RecallConfig, RunConfig
 from mc.config_checks import validate
-from mc.data.haystack import check_template, occurrences, query_prefix, record_text
+from mc.data.haystack import (SEPARATOR_MAX_LEN, check_template, draw_separator, occurrences, pick_template, query_prefix,
+                              realize_template, record_len, record_text)
 from mc.data.long_tasks import make_long_doc
 from mc.data.loader import Stage2Sampler, corpus_haystack, make_source
 from mc.data.recall import make_recall_doc, make_shifted_recall_doc
@@ -41,7 +42,8 @@ def _check_doc(doc, *, unambiguous: bool = True):
     assert TOK.decode(doc.answer_ids()) == value and text(doc.query_start - 1, doc.query_start) == "\n"
 
 
-@pytest.mark.parametrize("bad", ["{v}={k}", "{k}{v}", "{k}={v}.", "{k}={v}{v}", "x={v}", "{k}\n{v}", "{k}={v}}", 7])
+@pytest.mark.parametrize("bad", ["{v}={k}", "{k}{v}", "{k}={v}.", "{k}={v}{v}", "x={v}", "{k}\n{v}", "{k}={v}}", 7,
+                                 "{s}{k}={v}", "{k}{s}{s}{v}", "{k}{s}{v}{s}"])
 def test_bad_templates_are_refused(bad):
     with pytest.raises(ValueError, match="record template"):
         check_template(bad)
@@ -51,6 +53,7 @@ def test_bad_templates_are_refused(bad):
     ("templates", ["{k}=={v}", "{v}:{k}"], "data.recall.templates"),
     ("templates", [], "data.recall.templates"),
     ("eval_template", "{k}={v}", "data.recall.eval_template"),
+    ("eval_template", "{k}{s}{v}", "data.recall.eval_template"),
     ("haystack", "lorem", "data.recall.haystack"),
     ("key_lens", [2, 0], "data.recall.key_lens"),
 ])
@@ -159,3 +162,44 @@ def test_stage2_sampler_cuts_recall_filler_from_its_corpus():
         _check_doc(d)
     with pytest.raises(ValueError, match="needs a corpus"):
         Stage2Sampler(None, data.recall, 1.0, "train", TOK)
+
+
+def test_drawn_separators():
+    """``{s}`` is drawn per document: symbols or a made-up word, never longer than record_len assumes, never the
+    held-out realisation, fixed by the rng's seed; a template without ``{s}`` draws nothing from the rng."""
+    import random  # noqa: PLC0415
+
+    rng = random.Random(0)
+    seps = [draw_separator(rng) for _ in range(2000)]
+    assert max(map(len, seps)) == SEPARATOR_MAX_LEN and min(map(len, seps)) == 1
+    assert all("\n" not in x and "{" not in x and not any(c.isupper() or c.isdigit() for c in x) for x in seps)
+    words = [x for x in seps if x.strip().isalpha()]
+    assert 0.4 < len(words) / len(seps) < 0.6 and len(set(seps)) > 500  # half made-up words, many distinct
+    assert all(record_len(x.join(["{k}", "{v}"]), 2, 3) <= record_len("{k}{s}{v}", 2, 3) for x in seps)
+    held = ["{k}={v}"]  # a likely draw (~1 in 200), so the exclusion is exercised
+    drawn = [realize_template(random.Random(s), "{k}{s}{v}", held) for s in range(3000)]
+    assert "{k}={v}" not in drawn and "{k}={v}" in [realize_template(random.Random(s), "{k}{s}{v}") for s in range(3000)]
+    assert drawn == [realize_template(random.Random(s), "{k}{s}{v}", held) for s in range(3000)]
+    rng_a, rng_b = random.Random(7), random.Random(7)
+    assert realize_template(rng_a, "{k}: {v}") == "{k}: {v}" and rng_a.random() == rng_b.random()
+    assert pick_template(random.Random(1), ["{k}={v}"]) == "{k}={v}"
+
+
+def test_documents_with_drawn_separators(haystacks):
+    """Recall and long-range documents with ``{k}{s}{v}``: each holds its own realised template (records and query
+    agree with it), the held-out template is never drawn, and a seed fixes the separator."""
+    cfg = dataclasses.replace(HARD, templates=["{k}={v}", "{k}{s}{v}"], eval_template="{k} ~ {v}")
+    docs = [make_recall_doc(cfg, s, TOK, haystacks["train"]) for s in range(80)]
+    for d in docs:
+        _check_doc(d)
+        assert "{s}" not in d.template and d.template != cfg.eval_template
+    drawn = {d.template for d in docs} - {"{k}={v}"}
+    assert len(drawn) > 10  # separators vary from document to document
+    assert make_recall_doc(cfg, 11, TOK, haystacks["train"]).template == docs[11].template
+    for task in ("passkey", "multi_needle"):
+        longs = [make_long_doc(task, 1024, 0.5, s, key_len=2, value_len=3, template="{k}{s}{v}",
+                               haystack=haystacks["val"], near_decoys=True, exclude=["{k} ~ {v}"]) for s in range(6)]
+        for d in longs:
+            _check_doc(d)
+            assert d.num_tokens == 1024 and "{s}" not in d.template
+        assert len({d.template for d in longs}) > 1

@@ -11,7 +11,10 @@ Owns the three knobs that decide whether finding a record needs a *learned* loca
 * **Templates.** A record is a template such as ``{k}={v}`` or ``set {k} to {v}`` with the key and the
   value filled in; the query repeats the template's text up to the value (``\\nKEY=``), so answering is
   a copy whatever the template. Training documents draw a template per document; one template can be
-  held out for evaluation only (``data.recall.eval_template``).
+  held out for evaluation only (``data.recall.eval_template``). A template may hold ``{s}``, a separator
+  drawn afresh for each document (:func:`draw_separator`: one or two symbols, or a made-up lowercase word), so
+  the base cannot tie its copy to a few fixed separators; a realisation equal to the held-out template is
+  never drawn.
 * **Keys.** ``near_decoys`` makes every other record's key differ from the queried key in one letter,
   so lexical overlap with the question no longer singles the record out.
 
@@ -30,6 +33,9 @@ from mc.config import HAYSTACKS
 
 KEY_ALPHABET = string.ascii_uppercase
 DEFAULT_TEMPLATE = "{k}={v}"
+SEPARATOR = "{s}"  # in a template: a separator drawn per document (draw_separator)
+SEPARATOR_SYMBOLS = "=:-><|;/_@#~+*%&!^"
+SEPARATOR_MAX_LEN = 6  # " " + a 4-letter word + " ", the longest draw_separator returns
 
 
 def check_template(template: str) -> None:
@@ -37,12 +43,15 @@ def check_template(template: str) -> None:
     between them and no newline or other braces (a record is one line; its value is its last tokens)."""
     if not isinstance(template, str):
         raise ValueError(f"record template {template!r} is invalid: expected a string such as '{DEFAULT_TEMPLATE}'")
-    rest = template.replace("{k}", "").replace("{v}", "")
+    rest = template.replace("{k}", "").replace("{v}", "").replace(SEPARATOR, "")
+    sep_ok = template.count(SEPARATOR) == 0 or (
+        template.count(SEPARATOR) == 1 and template.find("{k}") < template.index(SEPARATOR) < template.find("{v}"))
     if (template.count("{k}") != 1 or template.count("{v}") != 1 or not template.endswith("{v}")
-            or template.index("{k}") + 3 >= template.index("{v}") or "{" in rest or "}" in rest or "\n" in template):
+            or template.index("{k}") + 3 >= template.index("{v}") or "{" in rest or "}" in rest or "\n" in template
+            or not sep_ok):
         raise ValueError(f"record template {template!r} is invalid: it needs '{{k}}' once, then '{{v}}' once at its "
-                         f"end, some text between them, no newline and no other braces (e.g. '{DEFAULT_TEMPLATE}', "
-                         "'set {k} to {v}')")
+                         f"end, some text between them, at most one '{SEPARATOR}' (a drawn separator) between them, "
+                         f"no newline and no other braces (e.g. '{DEFAULT_TEMPLATE}', 'set {{k}} to {{v}}', '{{k}}{SEPARATOR}{{v}}')")
 
 
 def record_text(template: str, key: str, value: str) -> str:
@@ -56,14 +65,37 @@ def query_prefix(template: str, key: str) -> str:
 
 
 def record_len(template: str, key_len: int, value_len: int) -> int:
-    """Tokens of a record (one per character): the template's own text plus the key and the value."""
-    return len(template) - 6 + key_len + value_len
+    """Tokens of a record (one per character): the template's own text plus the key and the value; with a
+    ``{s}`` not yet drawn, the longest its separator can be (so a length check holds for every draw)."""
+    return len(template.replace(SEPARATOR, "x" * SEPARATOR_MAX_LEN)) - 6 + key_len + value_len
 
 
-def pick_template(rng: random.Random, templates: Sequence[str]) -> str:
-    """One of ``templates``; no draw from ``rng`` when there is only one (documents of a one-template
-    config stay what they were before templates existed)."""
-    return templates[0] if len(templates) == 1 else rng.choice(list(templates))
+def draw_separator(rng: random.Random) -> str:
+    """A record separator: half the time one or two of :data:`SEPARATOR_SYMBOLS` with an optional space before
+    (30%) and after (50%) (``=``, ``: ``, `` -> ``), else a space, a made-up word of 2-4 lowercase letters and a
+    space (`` qo ``, `` vekt ``). Made-up words, not English ones: a held-out `` is `` stays unseen."""
+    if rng.random() < 0.5:
+        core = "".join(rng.choice(SEPARATOR_SYMBOLS) for _ in range(rng.randint(1, 2)))
+        return (" " if rng.random() < 0.3 else "") + core + (" " if rng.random() < 0.5 else "")
+    return " " + "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 4))) + " "
+
+
+def realize_template(rng: random.Random, template: str, exclude: Sequence[str] = ()) -> str:
+    """``template`` with its ``{s}`` replaced by a :func:`draw_separator` draw, redrawn while the result is one of
+    ``exclude`` (the held-out template); unchanged, with no draw from ``rng``, when it has no ``{s}``."""
+    if SEPARATOR not in template:
+        return template
+    while True:
+        out = template.replace(SEPARATOR, draw_separator(rng))
+        if out not in exclude:
+            return out
+
+
+def pick_template(rng: random.Random, templates: Sequence[str], exclude: Sequence[str] = ()) -> str:
+    """One of ``templates``, realised (:func:`realize_template`); no draw from ``rng`` when there is only one
+    template without ``{s}`` (documents of a one-template config stay what they were before templates existed)."""
+    chosen = templates[0] if len(templates) == 1 else rng.choice(list(templates))
+    return realize_template(rng, chosen, exclude)
 
 
 def draw_keys(rng: random.Random, n: int, key_len: int, *, near_of: str | None = None,

@@ -19,19 +19,22 @@ from __future__ import annotations
 
 import random
 import zlib
+from typing import Sequence
 
 from mc.config import LONG_TASKS
-from mc.data.haystack import DEFAULT_TEMPLATE, check_template, draw_keys, query_prefix, record_len, record_text
+from mc.data.haystack import (DEFAULT_TEMPLATE, check_template, draw_keys, query_prefix, realize_template, record_len,
+                              record_text)
 from mc.data.recall import VALUE_ALPHABET, RecallDoc, assemble_ids, draw_unambiguous
 from mc.data.tokenizer import ByteTokenizer
 
 def make_long_doc(task: str, length: int, depth: float, seed: int, *, key_len: int, value_len: int,
                   n_needles: int = 4, tokenizer=None, template: str = DEFAULT_TEMPLATE, haystack=None,
-                  near_decoys: bool = False) -> RecallDoc:
+                  near_decoys: bool = False, exclude: Sequence[str] = ()) -> RecallDoc:
     """One document of exactly ``length`` tokens (see the module docstring); ``tokenizer`` as in
     :func:`mc.data.recall.make_recall_doc` (bytes when None). ``template``, ``haystack`` (None = the word
     filler) and ``near_decoys`` (multi_needle: distractor keys one letter away from the queried key) are
-    described in :mod:`mc.data.haystack`."""
+    described in :mod:`mc.data.haystack`; a ``{s}`` in ``template`` is drawn per document, never giving one of
+    ``exclude`` (the held-out template)."""
     tokenizer = tokenizer or ByteTokenizer()
     if task not in LONG_TASKS:
         raise ValueError(f"unknown long-range task {task!r}; expected one of {LONG_TASKS}")
@@ -41,16 +44,17 @@ def make_long_doc(task: str, length: int, depth: float, seed: int, *, key_len: i
     n = 1 if task == "passkey" else n_needles
     if n < 1:
         raise ValueError(f"multi_needle needs n_needles >= 1, got {n_needles}")
-    rec_len = record_len(template, key_len, value_len)
-    history = length - 1 - rec_len  # tokens before the query "\nPREFIXVALUE", BOS included
-    if history < 1 + n * (rec_len + 2) + 8:
-        raise ValueError(f"a {task} document of {length} tokens cannot hold {n} needle(s) of {rec_len + 2} tokens "
-                         "and a query; use a longer length")
     # crc32, not hash(): str hashing is salted per process, and documents must be the same everywhere
     key = (task, length, round(depth, 6), int(seed), key_len, value_len, n)
     if template != DEFAULT_TEMPLATE or near_decoys:  # the default documents keep the seed they always had
         key = key + (template, near_decoys)
     rng = random.Random(zlib.crc32(repr(key).encode()))
+    template = realize_template(rng, template, exclude)  # no draw without a {s}: such documents are unchanged
+    rec_len = record_len(template, key_len, value_len)
+    history = length - 1 - rec_len  # tokens before the query "\nPREFIXVALUE", BOS included
+    if history < 1 + n * (rec_len + 2) + 8:
+        raise ValueError(f"a {task} document of {length} tokens cannot hold {n} needle(s) of {rec_len + 2} tokens "
+                         "and a query; use a longer length")
     return draw_unambiguous(lambda: _draw(task, length, depth, int(seed), rng, n, key_len, value_len, template, rec_len,
                                           history, tokenizer, haystack, near_decoys),
                             haystack, tokenizer, f"{task} document seed {seed}")

@@ -39,8 +39,8 @@ import torch
 from torch import Tensor
 
 from mc.config import RecallConfig
-from mc.data.haystack import (HAYSTACKS, KEY_ALPHABET, check_template, draw_keys, occurrences, pick_template,
-                              query_prefix, record_len, record_text)
+from mc.data.haystack import (HAYSTACKS, KEY_ALPHABET, SEPARATOR, check_template, draw_keys, occurrences,
+                              pick_template, query_prefix, record_len, record_text)
 from mc.data.tokenizer import ByteTokenizer
 
 VALUE_ALPHABET = string.digits
@@ -121,6 +121,9 @@ def check_recall_config(cfg: RecallConfig) -> None:
     if cfg.eval_template in cfg.templates:
         raise ValueError(f"recall.eval_template={cfg.eval_template!r} is also a training template; a held-out "
                          "template must not be in recall.templates")
+    if SEPARATOR in cfg.eval_template:
+        raise ValueError(f"recall.eval_template={cfg.eval_template!r} holds {SEPARATOR}: a held-out template is one "
+                         "fixed record shape, e.g. '{k} is {v}'")
     for kl in cfg.key_lens:
         if not isinstance(kl, int) or isinstance(kl, bool) or kl <= 0:
             raise ValueError(f"recall.key_lens={list(cfg.key_lens)!r} is invalid: expected positive integers")
@@ -253,7 +256,7 @@ def _draw_recall_doc(cfg: RecallConfig, rng: random.Random, seed: int, tokenizer
                      template: str | None) -> RecallDoc:
     # Draw order matters: a config with one template, no key_lens and no near_decoys draws exactly what it
     # drew before those fields existed, so its documents (and every result on them) are unchanged.
-    tpl = template or pick_template(rng, cfg.templates)
+    tpl = template or pick_template(rng, cfg.templates, exclude=[cfg.eval_template] if cfg.eval_template else ())
     kl = rng.choice(list(cfg.key_lens)) if cfg.key_lens else cfg.key_len
     n, vl = cfg.n_records, cfg.value_len
     if cfg.near_decoys and n > 1:

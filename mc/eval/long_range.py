@@ -147,7 +147,8 @@ def run_long_range(ctrl: MCController, cfg: RunConfig, *, progress: bool = False
         doc_depth = needle_depth(depth, lr.depth_jitter, seed)
         doc = make_long_doc(task, length, doc_depth, seed, key_len=rc.key_len, value_len=rc.value_len,
                             n_needles=lr.n_needles, tokenizer=tok, template=template or rc.templates[k % len(rc.templates)],
-                            haystack=haystack, near_decoys=rc.near_decoys)
+                            haystack=haystack, near_decoys=rc.near_decoys,
+                            exclude=[rc.eval_template] if rc.eval_template else ())
         row = {"task": name, "template": doc.template, "length": length, "depth": depth, "needle_depth": round(doc_depth, 6),
                "needle_start": doc.queried_span[0], "doc": k, "answer": doc.answer,
                "exact": {}, "edits": {}, "needle_lod": {}}
