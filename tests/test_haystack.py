@@ -193,6 +193,10 @@ def test_documents_with_drawn_separators(haystacks):
     for d in docs:
         _check_doc(d)
         assert "{s}" not in d.template and d.template != cfg.eval_template
+        if d.query_separator is None:  # a fixed template
+            assert d.template == "{k}={v}"
+        else:  # the span holds the drawn separator, right before the answer
+            assert TOK.decode(d.ids[slice(*d.query_separator)]) == d.template[3:-3] and d.query_separator[1] == d.answer_span[0]
     drawn = {d.template for d in docs} - {"{k}={v}"}
     assert len(drawn) > 10  # separators vary from document to document
     assert make_recall_doc(cfg, 11, TOK, haystacks["train"]).template == docs[11].template
@@ -202,4 +206,5 @@ def test_documents_with_drawn_separators(haystacks):
         for d in longs:
             _check_doc(d)
             assert d.num_tokens == 1024 and "{s}" not in d.template
+            assert TOK.decode(d.ids[slice(*d.query_separator)]) == d.template[3:-3]
         assert len({d.template for d in longs}) > 1

@@ -46,6 +46,30 @@ def test_query_mask_covers_key_equals_and_answer_of_recall_rows_only(shifted):
         assert key == doc.keys[doc.answer_record]  # the masked tokens start at the queried key's letters
 
 
+def test_query_mask_leaves_out_a_drawn_separator():
+    """With ``{k}{s}{v}`` documents the mask covers the key and the answer, not the separator the query repeats;
+    rows with a fixed template keep the whole query."""
+    cfg = tiny_cfg()
+    cfg.data.recall.templates = ["{k}={v}", "{k}{s}{v}"]
+    cfg.data.recall.n_records = 1  # the longest separator must fit tiny_cfg's 16-token records region
+    batch = _batch(cfg, n=12, mix=1.0)
+    mask = query_mask(batch, cfg.model.max_seq_len)
+    kinds = set()
+    for r, doc in enumerate(batch.recall_docs):
+        on = mask[r].nonzero().flatten().tolist()
+        key, (a0, a1) = doc.keys[doc.answer_record], doc.answer_span
+        if doc.query_separator is None:
+            kinds.add("fixed")
+            assert doc.template == "{k}={v}" and on == list(range(doc.query_start, a1))
+            continue
+        kinds.add("drawn")
+        s0, s1 = doc.query_separator
+        sep = doc.template[len("{k}"):-len("{v}")]
+        assert "".join(chr(int(t)) for t in batch.tokens[r, s0:s1]) == sep and s1 == a0
+        assert on == list(range(doc.query_start, doc.query_start + len(key))) + list(range(a0, a1))
+    assert kinds == {"fixed", "drawn"}
+
+
 def test_stage1_loss_adds_the_weighted_query_term_and_is_plain_lm_when_off():
     cfg = tiny_cfg()
     batch = _batch(cfg)

@@ -91,11 +91,25 @@ def realize_template(rng: random.Random, template: str, exclude: Sequence[str] =
             return out
 
 
+def choose_template(rng: random.Random, templates: Sequence[str]) -> str:
+    """One of ``templates`` as written (a ``{s}`` not yet drawn); no draw from ``rng`` when there is only one
+    (documents of a one-template config stay what they were before templates existed)."""
+    return templates[0] if len(templates) == 1 else rng.choice(list(templates))
+
+
 def pick_template(rng: random.Random, templates: Sequence[str], exclude: Sequence[str] = ()) -> str:
-    """One of ``templates``, realised (:func:`realize_template`); no draw from ``rng`` when there is only one
-    template without ``{s}`` (documents of a one-template config stay what they were before templates existed)."""
-    chosen = templates[0] if len(templates) == 1 else rng.choice(list(templates))
-    return realize_template(rng, chosen, exclude)
+    """:func:`choose_template`, then :func:`realize_template`: one of ``templates`` with its separator drawn."""
+    return realize_template(rng, choose_template(rng, templates), exclude)
+
+
+def separator_span(template: str, realized: str, key: str, query_start: int) -> tuple[int, int] | None:
+    """Token span of the drawn separator inside a document's query (one token per character), for the query of
+    ``key`` starting at ``query_start`` under ``template`` as written and its realisation ``realized``; None when
+    ``template`` has no ``{s}``."""
+    if SEPARATOR not in template:
+        return None
+    lo = query_start + len(template[:template.index(SEPARATOR)].replace("{k}", key))
+    return lo, lo + len(realized) - len(template) + len(SEPARATOR)
 
 
 def draw_keys(rng: random.Random, n: int, key_len: int, *, near_of: str | None = None,

@@ -23,7 +23,7 @@ from typing import Sequence
 
 from mc.config import LONG_TASKS
 from mc.data.haystack import (DEFAULT_TEMPLATE, check_template, draw_keys, query_prefix, realize_template, record_len,
-                              record_text)
+                              record_text, separator_span)
 from mc.data.recall import VALUE_ALPHABET, RecallDoc, assemble_ids, draw_unambiguous
 from mc.data.tokenizer import ByteTokenizer
 
@@ -49,19 +49,19 @@ def make_long_doc(task: str, length: int, depth: float, seed: int, *, key_len: i
     if template != DEFAULT_TEMPLATE or near_decoys:  # the default documents keep the seed they always had
         key = key + (template, near_decoys)
     rng = random.Random(zlib.crc32(repr(key).encode()))
-    template = realize_template(rng, template, exclude)  # no draw without a {s}: such documents are unchanged
+    written, template = template, realize_template(rng, template, exclude)  # no draw without {s}: documents unchanged
     rec_len = record_len(template, key_len, value_len)
     history = length - 1 - rec_len  # tokens before the query "\nPREFIXVALUE", BOS included
     if history < 1 + n * (rec_len + 2) + 8:
         raise ValueError(f"a {task} document of {length} tokens cannot hold {n} needle(s) of {rec_len + 2} tokens "
                          "and a query; use a longer length")
     return draw_unambiguous(lambda: _draw(task, length, depth, int(seed), rng, n, key_len, value_len, template, rec_len,
-                                          history, tokenizer, haystack, near_decoys),
+                                          history, tokenizer, haystack, near_decoys, written),
                             haystack, tokenizer, f"{task} document seed {seed}")
 
 
 def _draw(task, length, depth, seed, rng, n, key_len, value_len, template, rec_len, history, tokenizer, haystack,
-          near_decoys) -> RecallDoc:
+          near_decoys, written) -> RecallDoc:
     taken: set[str] = set()
     if task == "passkey":
         keys = [("P" + "K" * (key_len - 1))[:key_len]]
@@ -94,6 +94,7 @@ def _draw(task, length, depth, seed, rng, n, key_len, value_len, template, rec_l
     prefix = query_prefix(template, keys[0])
     pieces += [history - pos, f"\n{prefix}{values[0]}"]
     ids = assemble_ids(pieces, rng, tokenizer, length, haystack)
+    query_start = length - value_len - len(prefix)
     return RecallDoc(ids=ids, keys=tuple(keys), values=tuple(values), record_spans=tuple(spans), answer_record=0,
-                     query_start=length - value_len - len(prefix), answer_span=(length - value_len, length),
-                     seed=seed, template=template)
+                     query_start=query_start, answer_span=(length - value_len, length), seed=seed, template=template,
+                     query_separator=separator_span(written, template, keys[0], query_start))

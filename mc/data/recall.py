@@ -39,8 +39,8 @@ import torch
 from torch import Tensor
 
 from mc.config import RecallConfig
-from mc.data.haystack import (HAYSTACKS, KEY_ALPHABET, SEPARATOR, check_template, draw_keys, occurrences,
-                              pick_template, query_prefix, record_len, record_text)
+from mc.data.haystack import (HAYSTACKS, KEY_ALPHABET, SEPARATOR, check_template, choose_template, draw_keys,
+                              occurrences, query_prefix, realize_template, record_len, record_text, separator_span)
 from mc.data.tokenizer import ByteTokenizer
 
 VALUE_ALPHABET = string.digits
@@ -70,7 +70,8 @@ class RecallDoc:
     query_start: int                     # first token of the query "KEY=" (after its newline)
     answer_span: tuple[int, int]         # the last value_len tokens
     seed: int
-    template: str = "{k}={v}"            # the record template (mc.data.haystack)
+    template: str = "{k}={v}"            # the record template (mc.data.haystack), its separator drawn
+    query_separator: tuple[int, int] | None = None  # the query's drawn separator ("{s}"), None without one
 
     @property
     def num_tokens(self) -> int:
@@ -256,7 +257,8 @@ def _draw_recall_doc(cfg: RecallConfig, rng: random.Random, seed: int, tokenizer
                      template: str | None) -> RecallDoc:
     # Draw order matters: a config with one template, no key_lens and no near_decoys draws exactly what it
     # drew before those fields existed, so its documents (and every result on them) are unchanged.
-    tpl = template or pick_template(rng, cfg.templates, exclude=[cfg.eval_template] if cfg.eval_template else ())
+    chosen = template or choose_template(rng, cfg.templates)
+    tpl = realize_template(rng, chosen, [cfg.eval_template] if cfg.eval_template else ())
     kl = rng.choice(list(cfg.key_lens)) if cfg.key_lens else cfg.key_len
     n, vl = cfg.n_records, cfg.value_len
     if cfg.near_decoys and n > 1:
@@ -292,9 +294,10 @@ def _draw_recall_doc(cfg: RecallConfig, rng: random.Random, seed: int, tokenizer
     pieces += [tail, query]
     ids = assemble_ids(pieces, rng, tokenizer, cfg.doc_tokens, haystack)
     end = cfg.doc_tokens
+    query_start = end - vl - len(prefix)
     return RecallDoc(ids=ids, keys=tuple(keys), values=tuple(values), record_spans=tuple(spans),
-                     answer_record=answer, query_start=end - vl - len(prefix), answer_span=(end - vl, end),
-                     seed=seed, template=tpl)
+                     answer_record=answer, query_start=query_start, answer_span=(end - vl, end),
+                     seed=seed, template=tpl, query_separator=separator_span(chosen, tpl, keys[answer], query_start))
 
 
 def make_shifted_recall_doc(cfg: RecallConfig, seed: int, row_tokens: int, min_tokens: int,
