@@ -9,9 +9,15 @@ recall mix of the workflow's sampler), then times, in one process and round-robi
   LensNet, the losses), the backward, gradient clipping, the optimizer step and ``zero_grad``;
 * ``base``: the base model's forward + backward over the same materialised working contexts (the
   same ``[R, W, D]`` embeddings as a leaf that needs a gradient, as GistNet's gists do in training)
-  with the same shared-tail loss: the part of a step no change around the base can remove.
+  with the same shared-tail loss: the part of a step no change around the base can remove;
+* ``gistnet`` and ``lensnet``: each trained net's own forward + backward over the step's inputs (GistNet over
+  every level of the histories' trees, LensNet over every variant's working context, its input gradient only
+  with ``mc.lens_trains_gist``), with a plain sum as the loss: what those nets cost however the step around
+  them is written.
 
-``step / base`` is the ratio the issue tracks. A profile of one more step splits it by phase: the
+``step / base`` is the ratio the issue tracks; ``floor`` = base + gistnet + lensnet is the least a step that
+trains both nets through the frozen base can cost, and ``step / floor`` says how much the rest (host planning,
+gathers, losses, clipping, the optimizer) adds. A profile of one more step splits it by phase: the
 ``mc.step.*`` labels of :meth:`MCController.run_step` (GistNet, gather, base, LensNet, losses, and the
 distillation teacher's forward, which runs inside the losses) from ``torch.profiler``, and host planning,
 backward and optimizer by wall clock around their calls.
@@ -111,6 +117,47 @@ class StepBench:
         self._sync()
         return time.perf_counter() - t0
 
+    def net_inputs(self):
+        """What GistNet and LensNet read in one step, materialised once (no grad): the histories' token embeddings
+        ``[B, T, D]`` and the variants' working contexts (embeds, mask, positions, lods, num_tokens)."""
+        from mc.gather import gather_planned  # noqa: PLC0415
+        from mc.tree import gist_levels  # noqa: PLC0415
+
+        p = self.plan().to(self.device)
+        mc = self.cfg.mc
+        with torch.no_grad():
+            tokens = self.ctrl.base.embed(p.ids)
+            levels = gist_levels(tokens, mc.block_size, mc.max_lod, lambda x: self.ctrl.gist_blocks(x))
+            embeds, mask = gather_planned(levels, p.index, p.lengths)
+        num_tokens = torch.full((embeds.shape[0],), float(p.ids.shape[1]), device=self.device)
+        return tokens, (embeds, mask, p.positions, p.lods, num_tokens)
+
+    def gistnet(self, inputs) -> float:
+        """GistNet's forward + backward over every level of the step's trees; seconds."""
+        from mc.tree import gist_levels  # noqa: PLC0415
+
+        mc = self.cfg.mc
+        self._sync()
+        t0 = time.perf_counter()
+        levels = gist_levels(inputs[0], mc.block_size, mc.max_lod, lambda x: self.ctrl.gist_blocks(x, train=True))
+        sum(level.sum() for level in levels[1:]).backward()
+        self._sync()
+        dt = time.perf_counter() - t0
+        self.ctrl.zero_grad(self.opt)
+        return dt
+
+    def lensnet(self, inputs) -> float:
+        """LensNet's forward + backward over every variant's working context; seconds."""
+        embeds, mask, positions, lods, num_tokens = inputs[1]
+        leaf = embeds.detach().requires_grad_(self.cfg.mc.lens_trains_gist)
+        self._sync()
+        t0 = time.perf_counter()
+        self.ctrl._run_lensnet_batched(leaf, mask, positions, lods, num_tokens).sum().backward()
+        self._sync()
+        dt = time.perf_counter() - t0
+        self.ctrl.zero_grad(self.opt)
+        return dt
+
     def profile(self) -> dict[str, float]:
         """Seconds per phase of one micro-step (PHASES)."""
         from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
@@ -136,22 +183,29 @@ class StepBench:
 
 def measure(cfg, *, reps: int, warmup: int = 2, table: Path | None = None) -> dict:
     sb = StepBench(cfg)
-    inputs = sb.base_inputs()
+    inputs, nets = sb.base_inputs(), sb.net_inputs()
     for _ in range(warmup):  # first calls (allocator growth, lazy init) are nobody's cost
         sb.step()
         sb.base(inputs)
-    step_s, base_s = [], []
-    for _ in range(reps):  # round-robin: both see the same machine state
+        sb.gistnet(nets)
+        sb.lensnet(nets)
+    step_s, base_s, gist_s, lens_s = [], [], [], []
+    for _ in range(reps):  # round-robin: all see the same machine state
         step_s.append(sb.step())
         base_s.append(sb.base(inputs))
+        gist_s.append(sb.gistnet(nets))
+        lens_s.append(sb.lensnet(nets))
     phases = [sb.profile() for _ in range(3)]
     phase_med = {k: statistics.median(p[k] for p in phases) for k in phases[0]}
     if table is not None:  # the last profiled step's ops: where a phase's time goes when the phases alone do not say
         sort = "self_device_time_total" if sb.device.type == "cuda" else "self_cpu_time_total"
         write_text(table, sb.last_averages.table(sort_by=sort, row_limit=40) + "\n")
     rows, w = inputs[0].shape[0], inputs[0].shape[1]
-    return {"step_ms": 1e3 * statistics.median(step_s), "base_fwd_bwd_ms": 1e3 * statistics.median(base_s),
-            "ratio": statistics.median(step_s) / statistics.median(base_s),
+    med = {k: statistics.median(v) for k, v in (("step", step_s), ("base", base_s), ("gist", gist_s), ("lens", lens_s))}
+    floor = med["base"] + med["gist"] + med["lens"]
+    return {"step_ms": 1e3 * med["step"], "base_fwd_bwd_ms": 1e3 * med["base"], "ratio": med["step"] / med["base"],
+            "gistnet_fwd_bwd_ms": 1e3 * med["gist"], "lensnet_fwd_bwd_ms": 1e3 * med["lens"], "floor_ms": 1e3 * floor,
+            "floor_ratio": floor / med["base"], "step_over_floor": med["step"] / floor,
             "phases_ms": {k: 1e3 * v for k, v in phase_med.items()}, "rows": rows, "bucket": w,
             "history_tokens": cfg.mc.history_tokens, "batch": cfg.train.stage2.batch_size,
             "variants": cfg.mc.n_random_variants + 1, "reps": reps}
@@ -169,6 +223,12 @@ def to_markdown(res: dict) -> str:
         lines.append(f"| {name} | {r['rows']} x {r['bucket']} | {r['history_tokens']} | {r['step_ms']:.1f} | "
                      f"{r['base_fwd_bwd_ms']:.1f} | **{r['ratio']:.2f}** | "
                      + " | ".join(f"{ph.get(k, 0.0):.1f}" for k in PHASES) + " |")
+    lines += ["", "The floor: each net's own forward + backward over the same step's inputs, timed in the same round-robin "
+              "(ms; floor = base + GistNet + LensNet).", "",
+              "| preset | base | GistNet | LensNet | floor | floor / base | step / floor |", "|---" * 7 + "|"]
+    for name, r in res["presets"].items():
+        lines.append(f"| {name} | {r['base_fwd_bwd_ms']:.1f} | {r['gistnet_fwd_bwd_ms']:.1f} | {r['lensnet_fwd_bwd_ms']:.1f} | "
+                     f"{r['floor_ms']:.1f} | {r['floor_ratio']:.2f} | **{r['step_over_floor']:.2f}** |")
     return "\n".join(lines) + "\n"
 
 
