@@ -10,7 +10,7 @@ import torch
 
 from mc.config import ConfigError, DataConfig, RecallConfig, RunConfig
 from mc.config_checks import validate
-from mc.data.haystack import (SEPARATOR_MAX_LEN, check_template, draw_separator, occurrences, pick_template, query_prefix,
+from mc.data.haystack import (SEPARATOR_MAX_LEN, check_template, choose_template, draw_separator, occurrences, query_prefix,
                               realize_template, record_len, record_text)
 from mc.data.long_tasks import make_long_doc
 from mc.data.loader import Stage2Sampler, corpus_haystack, make_source
@@ -182,7 +182,8 @@ def test_drawn_separators():
     assert drawn == [realize_template(random.Random(s), "{k}{s}{v}", held) for s in range(3000)]
     rng_a, rng_b = random.Random(7), random.Random(7)
     assert realize_template(rng_a, "{k}: {v}") == "{k}: {v}" and rng_a.random() == rng_b.random()
-    assert pick_template(random.Random(1), ["{k}={v}"]) == "{k}={v}"
+    rng_a, rng_b = random.Random(1), random.Random(1)
+    assert choose_template(rng_a, ["{k}={v}"]) == "{k}={v}" and rng_a.random() == rng_b.random()  # one template: no draw
 
 
 def test_documents_with_drawn_separators(haystacks):

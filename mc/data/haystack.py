@@ -97,11 +97,6 @@ def choose_template(rng: random.Random, templates: Sequence[str]) -> str:
     return templates[0] if len(templates) == 1 else rng.choice(list(templates))
 
 
-def pick_template(rng: random.Random, templates: Sequence[str], exclude: Sequence[str] = ()) -> str:
-    """:func:`choose_template`, then :func:`realize_template`: one of ``templates`` with its separator drawn."""
-    return realize_template(rng, choose_template(rng, templates), exclude)
-
-
 def separator_span(template: str, realized: str, key: str, query_start: int) -> tuple[int, int] | None:
     """Token span of the drawn separator inside a document's query (one token per character), for the query of
     ``key`` starting at ``query_start`` under ``template`` as written and its realisation ``realized``; None when
