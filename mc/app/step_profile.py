@@ -91,17 +91,23 @@ class StepBench:
             phases.update(plan=t1 - t0, forward=t2 - t1, backward=t3 - t2, optimizer=t4 - t3)
         return t4 - t0
 
-    def base_inputs(self):
-        """The working contexts one step reads, materialised once (no grad): embeds, positions, lods, mask, targets."""
+    def _materialise(self):
+        """One step's plan and what it reads, built once (no grad): the histories' token embeddings ``[B, T, D]``,
+        the variants' entries ``[R, W, D]`` and their mask."""
         from mc.gather import gather_planned  # noqa: PLC0415
         from mc.tree import gist_levels  # noqa: PLC0415
 
         p = self.plan().to(self.device)
         mc = self.cfg.mc
         with torch.no_grad():
-            levels = gist_levels(self.ctrl.base.embed(p.ids), mc.block_size, mc.max_lod,
-                                 lambda x: self.ctrl.gist_blocks(x))
+            tokens = self.ctrl.base.embed(p.ids)
+            levels = gist_levels(tokens, mc.block_size, mc.max_lod, lambda x: self.ctrl.gist_blocks(x))
             embeds, mask = gather_planned(levels, p.index, p.lengths)
+        return p, tokens, embeds, mask
+
+    def base_inputs(self):
+        """The working contexts one step reads, materialised once (no grad): embeds, positions, lods, mask, targets."""
+        p, _, embeds, mask = self._materialise()
         return embeds, p.positions, p.lods, mask, p.token_ids, p.lengths
 
     def base(self, inputs) -> float:
@@ -118,17 +124,9 @@ class StepBench:
         return time.perf_counter() - t0
 
     def net_inputs(self):
-        """What GistNet and LensNet read in one step, materialised once (no grad): the histories' token embeddings
-        ``[B, T, D]`` and the variants' working contexts (embeds, mask, positions, lods, num_tokens)."""
-        from mc.gather import gather_planned  # noqa: PLC0415
-        from mc.tree import gist_levels  # noqa: PLC0415
-
-        p = self.plan().to(self.device)
-        mc = self.cfg.mc
-        with torch.no_grad():
-            tokens = self.ctrl.base.embed(p.ids)
-            levels = gist_levels(tokens, mc.block_size, mc.max_lod, lambda x: self.ctrl.gist_blocks(x))
-            embeds, mask = gather_planned(levels, p.index, p.lengths)
+        """What GistNet and LensNet read in one step (:meth:`_materialise`): the histories' token embeddings and
+        the variants' working contexts (embeds, mask, positions, lods, num_tokens)."""
+        p, tokens, embeds, mask = self._materialise()
         num_tokens = torch.full((embeds.shape[0],), float(p.ids.shape[1]), device=self.device)
         return tokens, (embeds, mask, p.positions, p.lods, num_tokens)
 
