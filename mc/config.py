@@ -302,7 +302,7 @@ class LongRangeConfig:
 @dataclass
 class TaskSuiteConfig:
     """The task suite (obsidian Evaluation, "Task suite"): passkey and RULER-style needles over real text, for any
-    tokenizer, read by every variant at the working-context budget W = mc.max_entries."""
+    tokenizer, read by every variant at the working-context budget W = ``budget`` or mc.max_entries."""
 
     tasks: list[str] = field(default_factory=list)  # of TASK_SUITE_TASKS ([] = off); scripts/mc_eval.py --tasks too
     multiples: list[int] = field(default_factory=lambda: [8, 16])  # history lengths as multiples of W (mc.max_entries)
@@ -312,6 +312,7 @@ class TaskSuiteConfig:
     n_keys: int = 4  # multikey: keys (one queried); multivalue: values of the one key
     hops: int = 4  # vartrack: assignments after the first (a chain of hops + 1 variables)
     variants: list[str] = field(default_factory=lambda: list(TASK_SUITE_VARIANTS))
+    budget: int = 0  # entries the suite reads at, W of its multiples (0 = mc.max_entries); the same nets, read eagerly
 
 
 @dataclass

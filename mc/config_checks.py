@@ -303,3 +303,11 @@ def _check_task_suite(cfg: RunConfig) -> None:
         _positive(f"eval.tasks.{k}", getattr(ts, k))
     if "random" in ts.variants and "focused" not in ts.variants:
         _fail("eval.tasks.variants", list(ts.variants), "'random' makes as many edits as 'focused' did: list both")
+    _positive("eval.tasks.budget", ts.budget, 0, " (0 = read at mc.max_entries)")
+    mc, window = cfg.mc, cfg.model.max_seq_len
+    if ts.budget and ts.budget <= mc.recent_tokens:
+        _fail("eval.tasks.budget", ts.budget, f"must be larger than mc.recent_tokens ({mc.recent_tokens}), the raw tail "
+              "every working context keeps, or 0 for mc.max_entries")
+    if ts.budget and mc.positions == "slots" and ts.budget > window:
+        _fail("eval.tasks.budget", ts.budget, f"slots positions number the entries 0..budget-1: must be <= "
+              f"model.max_seq_len ({window})")

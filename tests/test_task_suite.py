@@ -122,6 +122,26 @@ def test_sweep_runs_every_variant(filler):
     assert all("full" not in r["score"] for r in res["rows"])  # no full-context reference past the window
 
 
+def test_suite_reads_the_same_nets_at_another_budget(filler):
+    """eval.tasks.budget: the run's nets read with W = 48 entries (the run's own W is 32); the run's controller is
+    left as it was, and a budget the working context cannot hold is refused at start-up."""
+    over = ["eval.tasks.tasks=[passkey]", "eval.tasks.depths=[0.5]", "eval.tasks.variants=[compressed,oracle]"]
+    cfg = load_config(SUITE + over + ["eval.tasks.budget=48"])
+    ctrl = build_controller(cfg)
+    res = run_task_suite(ctrl, cfg, source=filler)
+    assert res["budget"] == 48 and res["lengths"] == [16 * 48] and len(res["rows"]) == 1
+    row = res["rows"][0]
+    assert row["length"] == 16 * 48
+    assert 32 < row["entries"]["compressed"] <= 48 and 32 < row["entries"]["oracle"] <= 48  # more than W = 32 holds
+    assert ctrl.cfg.mc.max_entries == 32 and ctrl.session is None  # the run's controller never read a document
+    assert "budget W = 48 entries" in to_markdown(res)
+    same = run_task_suite(ctrl, load_config(SUITE + over + ["eval.tasks.budget=32"]), source=filler)
+    assert same["budget"] == 32 and ctrl.session is not None  # at the run's own W the run's controller reads
+    for bad, says in (("8", "larger than mc.recent_tokens"), ("-1", "integer >= 0")):
+        with pytest.raises(ValueError, match=says):
+            load_config(SUITE + over + [f"eval.tasks.budget={bad}"])
+
+
 def test_mc_eval_tasks_on_a_run_folder(tmp_path):
     from mc.io import write_json
     from mc.train.stage1 import train_stage1
