@@ -305,7 +305,7 @@ class TaskSuiteConfig:
     tokenizer, read by every variant at the working-context budget W = ``budget`` or mc.max_entries."""
 
     tasks: list[str] = field(default_factory=list)  # of TASK_SUITE_TASKS ([] = off); scripts/mc_eval.py --tasks too
-    multiples: list[int] = field(default_factory=lambda: [8, 16])  # history lengths as multiples of W (mc.max_entries)
+    multiples: list[int] = field(default_factory=lambda: [8, 16])  # history lengths as multiples of W (budget, else mc.max_entries)
     depths: list[float] = field(default_factory=lambda: [0.1, 0.5, 0.9])  # first-needle depth buckets
     depth_jitter: float = 0.05  # each document's depth uniform in depth +- this (a bucket, not one offset)
     n_per_cell: int = 4  # documents per (task, length, depth) cell
