@@ -224,6 +224,7 @@ class RecallConfig:
     eval_template: str = ""  # a template never trained on: the sweep also runs each task with it ("" = none)
     key_lens: list[int] = field(default_factory=list)  # key lengths training draws from ([] = key_len only)
     near_decoys: bool = False  # the other records' keys differ from the queried key in exactly one letter
+    form: str = "record"  # "record": the templates above; "sentence": English sentences (mc.data.sentence_recall)
 
 
 @dataclass

@@ -11,6 +11,7 @@ from typing import Any
 from mc.config import (ALLOCATOR_POLICIES, BASE_SOURCES, BENCH_CASES, HF_DTYPES, COMPILE_MODES, DATA_SOURCES, DEVICES, FREEZE_MODES,
                        GIST_POOLINGS, HAYSTACKS, LONG_RANGE_VARIANTS, LONG_TASKS, POSITION_MODES, TASK_SUITE_TASKS,
                        TASK_SUITE_VARIANTS, ConfigError, RunConfig)
+from mc.config_choices import RECALL_FORMS
 
 def _fail(key: str, value: Any, allowed: str) -> None:
     raise ConfigError(f"config {key}={value!r} is invalid: {allowed}")
@@ -199,6 +200,13 @@ def validate(cfg: RunConfig) -> RunConfig:
     if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0.0 <= q < 1e3:
         _fail("data.recall.stage1_query_weight", q, "expected a number >= 0 (0 = off)")
     _choice("data.recall.haystack", r.haystack, HAYSTACKS)
+    _choice("data.recall.form", r.form, RECALL_FORMS)
+    if r.form == "sentence":
+        from mc.data.sentence_recall import check_sentence_config  # noqa: PLC0415 (mc.data imports mc.config)
+        try:
+            check_sentence_config(r)
+        except ValueError as e:
+            _fail("data.recall.form", r.form, str(e))
     if r.haystack == "corpus" and d.source == "recall":
         _fail("data.recall.haystack", r.haystack, "needs a corpus to cut filler from; data.source=recall has none "
               "(use data.source=stdlib or files, or data.recall.haystack=words)")

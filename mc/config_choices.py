@@ -9,6 +9,7 @@ ALLOCATOR_POLICIES = ("relative", "absolute")
 POSITION_MODES = ("global", "bounded", "entries", "slots")  # mc.positions (mc/positions.py)
 LONG_TASKS = ("passkey", "multi_needle")  # mc.data.long_tasks
 HAYSTACKS = ("words", "corpus")  # mc.data.haystack: what surrounds generated records
+RECALL_FORMS = ("record", "sentence")  # data.recall.form: mc.data.recall / mc.data.sentence_recall
 LONG_RANGE_VARIANTS = ("recency", "compressed", "focused", "random", "salience", "oracle")
 TASK_SUITE_TASKS = ("passkey", "multikey", "multivalue", "vartrack")  # mc.data.real_tasks
 # full: the base over the whole history (where it fits model.max_seq_len); salience: a non-learned locator

@@ -39,6 +39,7 @@ import torch
 from torch import Tensor
 
 from mc.config import RecallConfig
+from mc.config_choices import RECALL_FORMS
 from mc.data.haystack import (HAYSTACKS, KEY_ALPHABET, SEPARATOR, check_template, choose_template, draw_keys,
                               occurrences, query_prefix, realize_template, record_len, record_text, separator_span)
 from mc.data.tokenizer import ByteTokenizer
@@ -112,6 +113,11 @@ def check_recall_config(cfg: RecallConfig) -> None:
             raise ValueError(f"recall.{k}={v!r} is invalid: expected a positive integer")
     if not 0.0 < cfg.records_region < 1.0:
         raise ValueError(f"recall.records_region={cfg.records_region!r} is invalid: expected a number in (0, 1)")
+    if cfg.form not in RECALL_FORMS:
+        raise ValueError(f"recall.form={cfg.form!r} is invalid: expected one of {', '.join(RECALL_FORMS)}")
+    if cfg.form == "sentence":  # its records are sentences: the template and key arithmetic below does not apply
+        from mc.data.sentence_recall import check_sentence_config  # noqa: PLC0415 - it imports this module
+        return check_sentence_config(cfg)
     if cfg.haystack not in HAYSTACKS:
         raise ValueError(f"recall.haystack={cfg.haystack!r} is invalid: expected one of {', '.join(HAYSTACKS)}")
     if not cfg.templates:
@@ -223,6 +229,9 @@ def make_recall_doc(cfg: RecallConfig, seed: int, tokenizer=None, haystack=None,
     if cfg.haystack == "corpus" and haystack is None:
         raise ValueError("recall.haystack=corpus needs a haystack: build one with "
                          "mc.data.loader.corpus_haystack(data_cfg, split)")
+    if cfg.form == "sentence":  # English sentences in the tokenizer's own tokens (mc.data.sentence_recall)
+        from mc.data.sentence_recall import make_sentence_doc  # noqa: PLC0415 - it imports this module
+        return make_sentence_doc(cfg, seed, tokenizer, haystack)
     rng = random.Random(int(seed))
     return draw_unambiguous(lambda: _draw_recall_doc(cfg, rng, int(seed), tokenizer, haystack, template),
                             haystack, tokenizer, f"recall document seed {seed}")
