@@ -42,59 +42,11 @@ from mc.config import RecallConfig
 from mc.config_choices import RECALL_FORMS
 from mc.data.haystack import (HAYSTACKS, KEY_ALPHABET, SEPARATOR, check_template, choose_template, draw_keys,
                               occurrences, query_prefix, realize_template, record_len, record_text, separator_span)
+from mc.data.recall_doc import RecallDoc, filler_ids
+from mc.data.sentence_recall import check_sentence_config, make_sentence_doc
 from mc.data.tokenizer import ByteTokenizer
 
 VALUE_ALPHABET = string.digits
-_WORDS = (
-    "the a of and to in is it that for on with as was be by at this from or an are not have "
-    "which one all were when we there can had more if will each about how up out them then she "
-    "many some so these would other into has her two like him see time could no make than first "
-    "been its who now people my made over did down only way find use may water long little very "
-    "after words called just where most know get through back much before go good new write our "
-    "used me man too any day same right look think also around another came come work three word "
-    "must because does part even place well such here take why things help put years different "
-    "away again off went old number great tell men say small every found still between name should "
-    "home big give air line set own under read last never us left end along while might next sound "
-    "below saw something thought both few those always looked show large often together asked house"
-).split()
-
-
-@dataclass(frozen=True)
-class RecallDoc:
-    """One recall document. Spans are ``(start, end)`` token indices, end exclusive."""
-
-    ids: Tensor                          # [doc_tokens] long (a shifted document: [row_tokens]), ids[0] == BOS
-    keys: tuple[str, ...]                # [n_records]
-    values: tuple[str, ...]              # [n_records]
-    record_spans: tuple[tuple[int, int], ...]  # span of each "KEY=VALUE"
-    answer_record: int                   # index of the queried record
-    query_start: int                     # first token of the query "KEY=" (after its newline)
-    answer_span: tuple[int, int]         # the last value_len tokens
-    seed: int
-    template: str = "{k}={v}"            # the record template (mc.data.haystack), its separator drawn
-    query_separator: tuple[int, int] | None = None  # the query's drawn separator ("{s}"), None without one
-
-    @property
-    def num_tokens(self) -> int:
-        return int(self.ids.numel())
-
-    @property
-    def answer(self) -> str:
-        return self.values[self.answer_record]
-
-    @property
-    def queried_span(self) -> tuple[int, int]:
-        """Span of the queried record ``KEY=VALUE``."""
-        return self.record_spans[self.answer_record]
-
-    def value_span(self, i: int) -> tuple[int, int]:
-        """Span of record ``i``'s value inside the document."""
-        end = self.record_spans[i][1]
-        return end - len(self.values[i]), end
-
-    def answer_ids(self) -> Tensor:
-        """``[value_len]`` long: the target tokens."""
-        return self.ids[self.answer_span[0]:self.answer_span[1]]
 
 
 def span_blocks(span: tuple[int, int], block_size: int) -> range:
@@ -116,7 +68,6 @@ def check_recall_config(cfg: RecallConfig) -> None:
     if cfg.form not in RECALL_FORMS:
         raise ValueError(f"recall.form={cfg.form!r} is invalid: expected one of {', '.join(RECALL_FORMS)}")
     if cfg.form == "sentence":  # its records are sentences: the template and key arithmetic below does not apply
-        from mc.data.sentence_recall import check_sentence_config  # noqa: PLC0415 - it imports this module
         return check_sentence_config(cfg)
     if cfg.haystack not in HAYSTACKS:
         raise ValueError(f"recall.haystack={cfg.haystack!r} is invalid: expected one of {', '.join(HAYSTACKS)}")
@@ -167,39 +118,11 @@ def fit_recall(recall: RecallConfig, seq_len: int) -> RecallConfig:
             cfg = dataclasses.replace(cfg, n_records=cfg.n_records - 1)
 
 
-def filler_text(rng: random.Random, n: int) -> str:
-    """Exactly ``n`` characters of lowercase pseudo-text (no uppercase, digits, '=' or '?')."""
-    parts: list[str] = []
-    length = 0
-    while length < n:
-        w = rng.choice(_WORDS)
-        r = rng.random()
-        if r < 0.08:
-            w += "."
-        elif r < 0.14:
-            w += ","
-        sep = "\n" if r > 0.97 else " "
-        parts.append(w + sep)
-        length += len(w) + 1
-    return "".join(parts)[:n]
-
-
 def _cuts(rng: random.Random, total: int, parts: int) -> list[int]:
     """Split ``total`` into ``parts`` non-negative integers (random composition)."""
     points = sorted(rng.randint(0, total) for _ in range(parts - 1))
     bounds = [0, *points, total]
     return [b - a for a, b in zip(bounds, bounds[1:])]
-
-
-def filler_ids(rng: random.Random, n: int, tokenizer) -> list[int]:
-    """Exactly ``n`` tokens of filler: the characters of :func:`filler_text` for the byte tokenizer (so byte
-    documents are unchanged), else more filler text than needed, encoded and cut at ``n`` tokens."""
-    if tokenizer.byte_level or n == 0:
-        return tokenizer.encode_body(filler_text(rng, n))
-    ids = tokenizer.encode_body(filler_text(rng, 3 * n + 8))
-    while len(ids) < n:
-        ids += tokenizer.encode_body(" " + filler_text(rng, n + 8))
-    return ids[:n]
 
 
 def assemble_ids(pieces: Sequence[int | str], rng: random.Random, tokenizer, length: int, haystack=None) -> Tensor:
@@ -230,7 +153,6 @@ def make_recall_doc(cfg: RecallConfig, seed: int, tokenizer=None, haystack=None,
         raise ValueError("recall.haystack=corpus needs a haystack: build one with "
                          "mc.data.loader.corpus_haystack(data_cfg, split)")
     if cfg.form == "sentence":  # English sentences in the tokenizer's own tokens (mc.data.sentence_recall)
-        from mc.data.sentence_recall import make_sentence_doc  # noqa: PLC0415 - it imports this module
         return make_sentence_doc(cfg, seed, tokenizer, haystack)
     rng = random.Random(int(seed))
     return draw_unambiguous(lambda: _draw_recall_doc(cfg, rng, int(seed), tokenizer, haystack, template),

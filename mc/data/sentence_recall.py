@@ -23,7 +23,7 @@ import random
 
 import torch
 
-from mc.data.recall import RecallDoc, filler_ids
+from mc.data.recall_doc import RecallDoc, filler_ids
 
 # (record sentence, question): "{k}" a name, "{v}" the value; the question ends where the value's digits begin.
 PHRASINGS = (
