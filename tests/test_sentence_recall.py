@@ -38,6 +38,8 @@ def _check(doc, cfg):
     question = next(q for r, q in PHRASINGS if r == doc.template)
     assert text(doc.query_start, a0) == question.format(k=doc.keys[doc.answer_record]) + " "
     assert doc.queried_span == doc.record_spans[doc.answer_record]
+    with pytest.raises(ValueError, match="sentence"):  # the record-form helper refuses rather than misplace the value
+        doc.value_span(0)
 
 
 @pytest.mark.parametrize("filler", ["words", "corpus"])

@@ -55,7 +55,9 @@ class RecallDoc:
         return self.record_spans[self.answer_record]
 
     def value_span(self, i: int) -> tuple[int, int]:
-        """Span of record ``i``'s value inside the document."""
+        """Span of record ``i``'s value inside the document (record form: the value ends its record)."""
+        if not self.template.endswith("{v}"):  # a sentence record (mc.data.sentence_recall): text follows the value
+            raise ValueError(f"value_span reads record-form documents; this record is a sentence ({self.template!r})")
         end = self.record_spans[i][1]
         return end - len(self.values[i]), end
 
