@@ -51,6 +51,8 @@ def test_documents_hold_sentences_question_and_answer(filler, haystack):
         _check(d, cfg)
     assert {d.template for d in docs} == {r for r, _ in PHRASINGS}  # every phrasing is drawn
     assert {d.answer_record for d in docs} == {0, 1}
+    with pytest.raises(ValueError, match="form=sentence draws its phrasings"):  # a record template is not silently dropped
+        make_recall_doc(cfg, 7, TOK, hay, template="{k}={v}")
     again = make_recall_doc(cfg, 7, TOK, hay)
     assert torch.equal(again.ids, docs[7].ids) and again.record_spans == docs[7].record_spans
 

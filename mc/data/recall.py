@@ -42,7 +42,7 @@ from mc.config import RecallConfig
 from mc.config_choices import RECALL_FORMS
 from mc.data.haystack import (HAYSTACKS, KEY_ALPHABET, SEPARATOR, check_template, choose_template, draw_keys,
                               occurrences, query_prefix, realize_template, record_len, record_text, separator_span)
-from mc.data.recall_doc import RecallDoc, filler_ids
+from mc.data.recall_doc import RecallDoc, cuts, filler_tokens
 from mc.data.sentence_recall import check_sentence_config, make_sentence_doc
 from mc.data.tokenizer import ByteTokenizer
 
@@ -67,10 +67,10 @@ def check_recall_config(cfg: RecallConfig) -> None:
         raise ValueError(f"recall.records_region={cfg.records_region!r} is invalid: expected a number in (0, 1)")
     if cfg.form not in RECALL_FORMS:
         raise ValueError(f"recall.form={cfg.form!r} is invalid: expected one of {', '.join(RECALL_FORMS)}")
-    if cfg.form == "sentence":  # its records are sentences: the template and key arithmetic below does not apply
-        return check_sentence_config(cfg)
     if cfg.haystack not in HAYSTACKS:
         raise ValueError(f"recall.haystack={cfg.haystack!r} is invalid: expected one of {', '.join(HAYSTACKS)}")
+    if cfg.form == "sentence":  # its records are sentences: the template and key arithmetic below does not apply
+        return check_sentence_config(cfg)
     if not cfg.templates:
         raise ValueError("recall.templates is empty: give at least one record template, e.g. ['{k}={v}']")
     templates = [*cfg.templates, *([cfg.eval_template] if cfg.eval_template else [])]
@@ -118,13 +118,6 @@ def fit_recall(recall: RecallConfig, seq_len: int) -> RecallConfig:
             cfg = dataclasses.replace(cfg, n_records=cfg.n_records - 1)
 
 
-def _cuts(rng: random.Random, total: int, parts: int) -> list[int]:
-    """Split ``total`` into ``parts`` non-negative integers (random composition)."""
-    points = sorted(rng.randint(0, total) for _ in range(parts - 1))
-    bounds = [0, *points, total]
-    return [b - a for a, b in zip(bounds, bounds[1:])]
-
-
 def assemble_ids(pieces: Sequence[int | str], rng: random.Random, tokenizer, length: int, haystack=None) -> Tensor:
     """``[length]`` long: BOS, then each piece in order: an int ``n`` is ``n`` filler tokens (the word filler, or
     ``haystack.ids``: :mod:`mc.data.haystack`), a str is one token per character (:meth:`char_ids`), so token
@@ -134,7 +127,7 @@ def assemble_ids(pieces: Sequence[int | str], rng: random.Random, tokenizer, len
         if isinstance(piece, str):
             ids += tokenizer.char_ids(piece)
         else:
-            ids += filler_ids(rng, piece, tokenizer) if haystack is None else haystack.ids(rng, piece, tokenizer)
+            ids += filler_tokens(rng, piece, tokenizer, haystack)
     if len(ids) != length:  # an invariant of the callers' arithmetic, not a user error
         raise RuntimeError(f"assembled {len(ids)} tokens for a {length}-token document")
     return torch.tensor(ids, dtype=torch.long)
@@ -153,6 +146,8 @@ def make_recall_doc(cfg: RecallConfig, seed: int, tokenizer=None, haystack=None,
         raise ValueError("recall.haystack=corpus needs a haystack: build one with "
                          "mc.data.loader.corpus_haystack(data_cfg, split)")
     if cfg.form == "sentence":  # English sentences in the tokenizer's own tokens (mc.data.sentence_recall)
+        if template is not None:
+            raise ValueError(f"template={template!r} shapes record-form documents; form=sentence draws its phrasings")
         return make_sentence_doc(cfg, seed, tokenizer, haystack)
     rng = random.Random(int(seed))
     return draw_unambiguous(lambda: _draw_recall_doc(cfg, rng, int(seed), tokenizer, haystack, template),
@@ -206,7 +201,7 @@ def _draw_recall_doc(cfg: RecallConfig, rng: random.Random, seed: int, tokenizer
     region = int(cfg.doc_tokens * cfg.records_region)
     rec_len = record_len(tpl, kl, vl)
     slack = region - 1 - n * (rec_len + 2)
-    gaps = _cuts(rng, slack, n + 1)  # filler before each record; the last gap runs into the tail
+    gaps = cuts(rng, slack, n + 1)  # filler before each record; the last gap runs into the tail
 
     pieces: list[int | str] = []
     pos = 1  # after BOS; filler is counted in tokens, records are one token per character
@@ -250,7 +245,7 @@ def make_shifted_recall_doc(cfg: RecallConfig, seed: int, row_tokens: int, min_t
     if length == row_tokens:
         return doc
     n = row_tokens - length
-    tail = torch.tensor(filler_ids(rng, n, tokenizer) if haystack is None else haystack.ids(rng, n, tokenizer),
+    tail = torch.tensor(filler_tokens(rng, n, tokenizer, haystack),
                         dtype=torch.long)
     return dataclasses.replace(doc, ids=torch.cat([doc.ids, tail]))
 

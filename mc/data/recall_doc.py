@@ -1,7 +1,8 @@
 """The recall document type and the word filler every generated document may use.
 
 Owns :class:`RecallDoc` (a document with its records' spans, the queried one and the answer) and the
-lowercase pseudo-text filler (:func:`filler_text`, :func:`filler_ids`), shared by the record form
+lowercase pseudo-text filler (:func:`filler_text`, :func:`filler_ids`, :func:`filler_tokens`) and the random
+cut of a filler budget (:func:`cuts`), shared by the record form
 (:mod:`mc.data.recall`), the long-range documents (:mod:`mc.data.long_tasks`) and sentence records
 (:mod:`mc.data.sentence_recall`), so none of them imports another for these.
 """
@@ -92,3 +93,16 @@ def filler_ids(rng: random.Random, n: int, tokenizer) -> list[int]:
     while len(ids) < n:
         ids += tokenizer.encode_body(" " + filler_text(rng, n + 8))
     return ids[:n]
+
+
+def filler_tokens(rng: random.Random, n: int, tokenizer, haystack=None) -> list[int]:
+    """``n`` filler tokens: the word filler (:func:`filler_ids`) without a haystack, else ``haystack.ids`` (a corpus
+    haystack, :class:`mc.data.haystack.CorpusHaystack`)."""
+    return filler_ids(rng, n, tokenizer) if haystack is None else haystack.ids(rng, n, tokenizer)
+
+
+def cuts(rng: random.Random, total: int, parts: int) -> list[int]:
+    """Split ``total`` into ``parts`` non-negative integers (random composition)."""
+    points = sorted(rng.randint(0, total) for _ in range(parts - 1))
+    bounds = [0, *points, total]
+    return [b - a for a, b in zip(bounds, bounds[1:])]

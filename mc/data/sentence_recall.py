@@ -23,7 +23,7 @@ import random
 
 import torch
 
-from mc.data.recall_doc import RecallDoc, filler_ids
+from mc.data.recall_doc import RecallDoc, cuts, filler_tokens
 
 # (record sentence, question): "{k}" a name, "{v}" the value; the question ends where the value's digits begin.
 PHRASINGS = (
@@ -59,8 +59,7 @@ def check_sentence_config(cfg) -> None:
 def answer_ids(tokenizer, value: str) -> list[int]:
     """The tokens that follow the question: the value after a space, its digits one token each (checked)."""
     ids = tokenizer.encode_body(" " + value)
-    if len(ids) < len(value) or tokenizer.decode(ids[-len(value):]).strip() != value or any(
-            len(tokenizer.decode([i]).strip()) != 1 for i in ids[-len(value):]):
+    if len(ids) < len(value) or [tokenizer.decode([i]) for i in ids[-len(value):]] != list(value):
         raise ValueError(f"the tokenizer encodes {value!r} as {len(ids)} tokens, not one token per digit; "
                          "form=sentence needs the answer's digits as its last value_len tokens (use form=record)")
     return ids
@@ -85,18 +84,13 @@ def make_sentence_doc(cfg, seed: int, tokenizer, haystack=None) -> RecallDoc:
         raise ValueError(f"{n} sentence records ({sum(map(len, needles))} tokens) and the question ({len(tail)}) do "
                          f"not fit a {cfg.doc_tokens}-token document with records_region={cfg.records_region}; raise "
                          "doc_tokens or lower n_records")
-    points = sorted(rng.randint(0, slack) for _ in range(n))
-    gaps = [b - a for a, b in zip([0, *points], points)]  # filler before each record; the rest runs to the question
-
-    def filler(k: int) -> list[int]:
-        return filler_ids(rng, k, tokenizer) if haystack is None else haystack.ids(rng, k, tokenizer)
-
+    gaps = cuts(rng, slack, n + 1)[:n]  # filler before each record; the rest runs to the question
     ids, spans = [tokenizer.bos_id], []
     for gap, needle in zip(gaps, needles):
-        ids += filler(gap)
+        ids += filler_tokens(rng, gap, tokenizer, haystack)
         spans.append((len(ids), len(ids) + len(needle)))
         ids += needle
-    ids += filler(cfg.doc_tokens - len(ids) - len(tail))
+    ids += filler_tokens(rng, cfg.doc_tokens - len(ids) - len(tail), tokenizer, haystack)
     query_start = len(ids) + 1  # after the question's newline
     ids += tail
     if len(ids) != cfg.doc_tokens:  # the arithmetic above is exact; this guards the invariant
