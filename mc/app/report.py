@@ -22,6 +22,7 @@ from pathlib import Path
 
 from mc.app.report_sweeps import long_range_section
 from mc.config import RunConfig
+from mc.eval.record_rank import record_rank_line
 from mc.eval.stats import fmt_ci
 from mc.io import write_text
 
@@ -290,6 +291,7 @@ def _evaluation(rep: _Report) -> None:
             p = d["predicted"]
             rep.add(f"| {d.get('doc')} | `{p.get('answer')}` | " + " | ".join(f"`{p.get(v, '')}`" for v in VARIANT_ORDER) + " |")
         rep.add("")
+    rep.add(*([record_rank_line(ev["record_rank"]), ""] if ev.get("record_rank") else []))
     long_range_section(rep, ev.get("long_range") or {}, warning)
     from mc.eval.task_suite import to_markdown  # noqa: PLC0415 - the suite renders its own tables
     rep.add(*(["### Task suite", "", to_markdown(ev["tasks"])] if ev.get("tasks") else []))

@@ -48,6 +48,7 @@ from mc.data.split import VAL_SEED_OFFSET
 from mc.eval.baselines import lod0_answer, lod0_tail_loss
 from mc.eval.draws import draw_seed, recall_doc_index
 from mc.eval.focus_policies import oracle_refocus, random_refocus
+from mc.eval.record_rank import record_rank
 from mc.eval.task_suite import run_sweeps
 from mc.eval.stats import mean_ci, paired_diff_ci, proportion_ci
 from mc.io import write_json
@@ -368,7 +369,7 @@ def run_evaluation(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True
         if compiled:
             ctrl.warmup()
         result = evaluate_docs(ctrl, ecfg, docs, progress=progress)
-        result.update(run_sweeps(ctrl, ecfg, progress=progress))  # the long-range sweep and the task suite, when on
+        result.update(run_sweeps(ctrl, ecfg, progress=progress), record_rank=record_rank(ctrl, docs))  # sweeps when on
     finally:
         if compiled:
             unfreeze(ctrl.telemetry.monitor)
