@@ -137,7 +137,7 @@ class AllocatorInferenceConfig:
     # once a zoom has opened a block to LOD0, its next expansion is the bordering gist LensNet scores highest: a record
     # across two blocks is opened whole (obsidian Focus Allocator, "Edge first").
     edge_first: bool = False
-    edge_sides: int = 1  # with edge_first: bordering expansions per zoom, 1 (LensNet's side) or 2 (both sides)
+    edge_sides: int = 1  # with edge_first: bordering expansions per zoom: 1 (LensNet's side), 2 (both), n > 2 (then outward)
     # an expansion of an LOD >= 2 gist is followed by that of its best-scored child: a zoom finishes the path it
     # started instead of leaving two half paths (obsidian Focus Allocator, "Descend first").
     descend_first: bool = False

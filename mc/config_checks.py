@@ -150,8 +150,10 @@ def validate(cfg: RunConfig) -> RunConfig:
     for k in ("edge_first", "descend_first", "branch_siblings", "branch_unchanged"):
         if not isinstance(getattr(al.inference, k), bool):
             _fail(f"allocator.inference.{k}", getattr(al.inference, k), "expected true or false")
-    if isinstance(al.inference.edge_sides, bool) or al.inference.edge_sides not in (1, 2):
-        _fail("allocator.inference.edge_sides", al.inference.edge_sides, "expected 1 (one side of the opened block) or 2 (both)")
+    sides = al.inference.edge_sides
+    if isinstance(sides, bool) or not isinstance(sides, int) or not 1 <= sides <= 64:
+        _fail("allocator.inference.edge_sides", sides, "expected 1 (one side of the opened block), 2 "
+              "(both) or up to 64 (then the opened run grows outward)")
     if al.inference.branch_siblings is True and (al.inference.branches < 2 or al.inference.descend_first is not True):
         _fail("allocator.inference.branch_siblings", True, "needs allocator.inference.branches >= 2 and descend_first: "
               "true (the siblings are branches, found where the zoom descends); set those or drop it")

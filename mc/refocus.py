@@ -8,8 +8,9 @@ helpers stay the only call sites of the (possibly compiled) nets.
   ``allocator.inference.iterations`` ran, or the edit budget is spent; each iteration rescores the
   edited layout, so a detail under an LOD-L gist is reached in L iterations (multi-level refocus);
 * with ``allocator.inference.edge_first``, once a zoom has opened a block to LOD0 its next expansions (up to
-  ``edge_sides``: one or both sides) are the gists bordering that block, best-scored first, within the same
-  budget: a needle across two blocks is opened whole (obsidian Focus Allocator, "Edge first");
+  ``edge_sides``: one or both sides, then with more the run of open blocks grows outward) are the gists
+  bordering that block, best-scored first, within the same budget: a needle across two blocks (or a sentence
+  across several) is opened whole (obsidian Focus Allocator, "Edge first");
 * with ``allocator.inference.descend_first``, an expansion of an LOD >= 2 gist is followed by one of its children
   (the best-scored), so a zoom finishes the path it started instead of leaving two half paths (obsidian Focus
   Allocator, "Descend first");
@@ -108,17 +109,32 @@ def zoom(s: InferenceSession, scores_fn: ScoreFn, focus_span: tuple[int, int] | 
     return record, first_scores
 
 
-def edge_gists(s: InferenceSession, edits) -> list[int]:
+def edge_gists(s: InferenceSession, edits, grow: bool = False) -> list[int]:
     """Indices of the gists that border the first block ``edits`` opened to LOD0 (the first LOD1 gist expanded),
     except gists the cooldown keeps from expanding. Tokens are in order in the working context, so a gist borders
-    the block when its span ends where the block starts or starts where it ends."""
+    the block when its span ends where the block starts or starts where it ends. With ``grow``, once no gist
+    borders that block (both sides are open), the gists bordering the whole run of LOD0 tokens around it."""
     first = next((e.entry for e in edits if e.kind == "expand" and e.entry[0] == 1), None)
     if first is None:
         return []
     K, wc = s.wc.block_size, s.wc
-    bounds = (first[1] * K, (first[1] + 1) * K)
-    return [i for i, (lo, hi) in enumerate(map(wc.span, range(len(wc))))
-            if wc[i][0] > 0 and (lo in bounds or hi in bounds) and not s.allocator.expand_blocked(wc[i])]
+    lo, hi = first[1] * K, (first[1] + 1) * K
+    gists = _bordering(s, lo, hi)
+    if gists or not grow:
+        return gists
+    raw = {wc[i][1] for i in range(len(wc)) if wc[i][0] == 0}  # token ids at LOD0 are their positions
+    while lo - 1 in raw:
+        lo -= 1
+    while hi in raw:
+        hi += 1
+    return _bordering(s, lo, hi)
+
+
+def _bordering(s: InferenceSession, lo: int, hi: int) -> list[int]:
+    """Indices of the expandable gists whose span ends at token ``lo`` or starts at token ``hi``."""
+    wc = s.wc
+    return [i for i, (a, b) in enumerate(map(wc.span, range(len(wc))))
+            if wc[i][0] > 0 and (b == lo or a == hi) and not s.allocator.expand_blocked(wc[i])]
 
 
 def _ranked(scores: Tensor, candidates: list[int]) -> list[int]:
@@ -141,7 +157,7 @@ def _lift_best(scores: Tensor, candidates: list[int]) -> tuple[Tensor, int | Non
 def _lift_edge(s: InferenceSession, scores: Tensor, edits) -> tuple[Tensor, Entry | None]:
     """``allocator.inference.edge_first``: the best-scored gist bordering the first opened block ranks first.
     Returns the scores and that gist's entry (None when no gist borders an opened block)."""
-    scores, best = _lift_best(scores, edge_gists(s, edits))
+    scores, best = _lift_best(scores, edge_gists(s, edits, grow=s.cfg.allocator.inference.edge_sides > 2))
     return scores, None if best is None else s.wc[best]
 
 

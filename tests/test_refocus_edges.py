@@ -1,5 +1,5 @@
 """Edge first (``allocator.inference.edge_first``): once a zoom has opened a block to LOD0, its next
-expansion (``edge_sides``: one or both) is the bordering gist LensNet scores highest, inside the same edit budget;
+expansion (``edge_sides``: one or both sides, more grow the run outward) is the bordering gist LensNet scores highest, inside the same edit budget;
 descend first (``allocator.inference.descend_first``): an opened LOD >= 2 gist's best-scored child is expanded
 next. Hand-made scores on a tiny controller (K=4, two levels), so which entry must move is known exactly."""
 from __future__ import annotations
@@ -112,6 +112,44 @@ def test_edge_sides_2_opens_both_sides_of_the_first_block():
     s.wc.validate()
 
 
+ROOMY = ("mc.max_entries=48", "mc.bucket_ladder=[16,48]")  # room for six trades: TINY's 32 entries fill after four
+
+
+def _sentence(s):
+    """A record over four blocks: TARGET's block 1, the next 0.5, the one after 0.4, the one before 0.3, the one
+    before that 0.2 (under another LOD2 gist); the distractor 0.8 over FAR."""
+    lo, wc = TARGET // K * K, s.wc
+    on_target = wc.overlap_mask(TARGET, TARGET + 1)
+    rest = sum(v * wc.overlap_mask(lo + d * K, lo + (d + 1) * K) for d, v in ((1, 0.5), (2, 0.4), (-1, 0.3), (-2, 0.2)))
+    return on_target + (1 - on_target) * rest + 0.8 * wc.overlap_mask(FAR, FAR + 1)
+
+
+@pytest.mark.parametrize("sides", [2, 4])
+def test_edge_sides_above_2_grow_the_opened_run_outward(sides):
+    s = _session(True, budget=12, extra=(f"allocator.inference.edge_sides={sides}", "allocator.inference.iterations=6",
+                                         *ROOMY))
+    rec, _ = zoom(s, _sentence)
+    lo, b = TARGET // K * K, TARGET // K
+    expands = [e.entry for e in rec.edits if e.kind == "expand"]
+    assert expands[2:4] == [(1, b + 1), (1, b - 1)]  # both sides of the first block, as with edge_sides=2
+    if sides == 2:  # then LensNet's own ranking: the distractor
+        assert _lod_at(s, FAR) < 2 and _lod_at(s, lo + 2 * K) == 1
+    else:  # then the run [lo - K, lo + 2K) grows: its better-scored border, then the next one out
+        assert expands[4:6] == [(1, b + 2), (2, (lo - 2 * K) // K**2)]
+        assert [_lod_at(s, t) for t in (lo - K, TARGET, lo + K, lo + 2 * K, FAR)] == [0, 0, 0, 0, 2]
+        assert _lod_at(s, lo - 2 * K) == 1  # an LOD2 border opens one level per expansion
+    assert len(rec.edits) <= 12 and len(s.wc) <= s.wc.max_entries
+    s.wc.validate()
+
+
+def test_edge_gists_grow_only_when_asked_and_both_sides_are_open():
+    s = _session(True, budget=8, extra=("allocator.inference.edge_sides=2", *ROOMY))
+    rec, _ = zoom(s, _sentence)
+    b = TARGET // K
+    assert edge_gists(s, rec.edits) == []  # both sides of the first block are open: nothing borders it
+    assert sorted(s.wc[i] for i in edge_gists(s, rec.edits, grow=True)) == [(1, b + 2), (2, (b - 2) // K)]
+
+
 def _coarse_first(child: float, sibling: float = 0.0):
     """The gist over TARGET scores 1 at LOD2 but ``child`` at LOD1 (under the distractor's 0.8 over FAR); the
     LOD1 gist of the block after TARGET's (same LOD2 parent) scores ``sibling``: LensNet that finds the region
@@ -149,7 +187,7 @@ def test_descend_first_takes_the_best_scored_child():
     assert _lod_at(s, TARGET) == 1 and _lod_at(s, FAR) == 2
 
 
-@pytest.mark.parametrize("override,field", [("allocator.inference.edge_sides=3", "edge_sides"),
+@pytest.mark.parametrize("override,field", [("allocator.inference.edge_sides=65", "edge_sides"),
                                             ("allocator.inference.edge_sides=0", "edge_sides"),
                                             ("allocator.inference.descend_first=maybe", "descend_first")])
 def test_edge_sides_and_descend_first_are_checked(override, field):
