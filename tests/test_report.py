@@ -128,11 +128,12 @@ def test_report_prints_the_record_rank_when_the_evaluation_has_one(tmp_path):
     ev = _eval_json()
     (tmp_path / "eval" / "eval.json").write_text(json.dumps(ev))
     assert "Record rank" not in write_report(RunConfig(), tmp_path).read_text()  # an older eval.json
-    ev["record_rank"] = {"docs": 16, "first": 6, "ties": 3, "share": {"mean": 0.375, "lo": 0.185, "hi": 0.614}, "chance": 0.5,
-                         "mean_margin": 0.004, "skipped": 0}
+    ev["record_rank"] = {"docs": 16, "first": 6, "ties": 3, "share": {"mean": 0.375, "lo": 0.185, "hi": 0.614},
+                         "chance": 0.5, "mean_margin": 0.004, "skipped": 0}
     (tmp_path / "eval" / "eval.json").write_text(json.dumps(ev))
-    assert "queried record above every other record of its document in **6 of 16** recall documents (38% [18%, 61%]; " \
-           "chance 50%; 3 tied" in write_report(RunConfig(), tmp_path).read_text()
+    text = write_report(RunConfig(), tmp_path).read_text()
+    assert "queried record above every other record of its document in **6 of 16** recall documents " \
+           "(38% [18%, 61%]; chance 50%; 3 tied" in text
 
 
 def test_report_long_range_section(tmp_path):
