@@ -1,7 +1,8 @@
 """Edge first (``allocator.inference.edge_first``): once a zoom has opened a block to LOD0, its next
 expansion (``edge_sides``: one or both sides, more grow the run outward) is the bordering gist LensNet scores
 highest, inside the same edit budget; descend first (``allocator.inference.descend_first``): an opened LOD >= 2
-gist's best-scored child is expanded next. Hand-made scores on a tiny controller (K=4, two levels), so which entry must move is known exactly."""
+gist's best-scored child is expanded next. Hand-made scores on a tiny controller (K=4, two levels), so which
+entry must move is known exactly."""
 from __future__ import annotations
 
 import pytest
