@@ -11,6 +11,8 @@ Chance is one over the number of records. (obsidian Evaluation, "Record rank".)
 """
 from __future__ import annotations
 
+import torch
+
 from mc.eval.stats import proportion_ci
 
 
@@ -19,13 +21,14 @@ def record_scores(ctrl, ids, spans) -> list[float] | None:
     compressed layout of a session over ``ids`` (``[T]``; the controller's session is replaced). None when a span
     has no gist over it."""
     s = ctrl.begin_session(ids)
-    scores = ctrl.lensnet_scores(s.materialize(), s.num_tokens)[: len(s.wc)].tolist()
+    scores = ctrl.lensnet_scores(s.materialize(), s.num_tokens)[: len(s.wc)].cpu()  # [len(wc)]
+    gist = torch.tensor(s.wc.lods()) > 0
     out = []
     for a, b in spans:
-        over = [scores[i] for i in range(len(s.wc)) if s.wc[i][0] > 0 and s.wc.span(i)[1] > a and s.wc.span(i)[0] < b]
-        if not over:
+        over = (s.wc.overlap_mask(a, b) > 0) & gist
+        if not over.any():
             return None
-        out.append(max(over))
+        out.append(float(scores[over].max()))
     return out
 
 
