@@ -100,6 +100,7 @@ def test_sweep_runs_every_variant(filler):
     ctrl = build_controller(cfg)
     res = run_task_suite(ctrl, cfg, source=filler)
     assert len(res["rows"]) == 4 and res["lengths"] == [16 * 32]
+    assert res["refocus"] == to_dict(cfg.allocator.inference)  # the search `focused` and `salience` used
     for row in res["rows"]:
         assert set(row["score"]) == {"full", "recency", "compressed", "focused", "random", "salience", "oracle"}
         assert row["entries"]["full"] == 512 and row["entries"]["recency"] == 32
@@ -115,6 +116,7 @@ def test_sweep_runs_every_variant(filler):
     assert all(0 <= c["lo"] <= c["score"] <= c["hi"] <= 1 for c in res["cells"])
     md = to_markdown(res)
     assert "**passkey**" in md and "| oracle |" in md and "16x W, depth 0.8" in md
+    assert f"Refocus search: iterations {cfg.allocator.inference.iterations}, " in md
     n_at0 = sum(r["answer_lod"]["oracle"] == 0 for r in res["rows"] if r["task"] == "passkey")
     assert f"oracle {n_at0}/2 (" in md and "At LOD0 when the answer began" in md
     too_long = load_config(SUITE + ["eval.tasks.tasks=[passkey]", "eval.tasks.multiples=[40]"])  # 1280 > 1024 window

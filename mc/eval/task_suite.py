@@ -32,7 +32,7 @@ import zlib
 import torch
 from torch import Tensor
 
-from mc.config import TASK_SUITE_VARIANTS, RunConfig
+from mc.config import TASK_SUITE_VARIANTS, RunConfig, to_dict
 from mc.data.real_tasks import ANSWER_TOKENS, TaskDoc, filler_window, make_task_doc, string_match_all
 from mc.eval.draws import draw_seed
 from mc.eval.focus_policies import multi_span_oracle_refocus, random_refocus, salience_refocus
@@ -149,7 +149,7 @@ def run_task_suite(ctrl, cfg: RunConfig, *, progress: bool = False, source=None)
     return {"budget": budget, "base_window": window, "tasks": list(ts.tasks), "multiples": list(ts.multiples),
             "lengths": [m * budget for m in ts.multiples], "depths": list(ts.depths), "variants": variants,
             "depth_jitter": ts.depth_jitter, "n_per_cell": ts.n_per_cell, "seconds": round(time.time() - t0, 2),
-            "draw_seed": draw_seed(cfg),
+            "draw_seed": draw_seed(cfg), "refocus": to_dict(cfg.allocator.inference),  # the search `focused` used
             "cells": _cells(rows, ts, variants, budget), "rows": rows}
 
 
@@ -241,7 +241,9 @@ def to_markdown(res: dict) -> str:
     lines = [f"Task suite: budget W = {res['budget']} entries, base window {res['base_window']} tokens, "
              f"{res['n_per_cell']} documents per cell (depth buckets +- {res['depth_jitter']}), greedy decoding "
              f"scored by string_match_all; {res['seconds']} s. Each cell: score [95% interval] (compression)."
-             + (f" Documents seeded by draw {res['draw_seed']}." if res.get("draw_seed") is not None else ""), ""]
+             + (f" Documents seeded by draw {res['draw_seed']}." if res.get("draw_seed") is not None else "")
+             + (" Refocus search: " + ", ".join(f"{k} {v}" for k, v in res["refocus"].items()
+                                                 if k != "refocus_interval") + "." if res.get("refocus") else ""), ""]
     by = {(c["task"], c["multiple"], c["depth"], c["variant"]): c for c in res["cells"]}
     cols = [(m, d) for m in res["multiples"] for d in res["depths"]]
     for task in res["tasks"]:
