@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import textwrap
 from pathlib import Path
 
@@ -87,6 +88,26 @@ def test_greedy_with_and_without_the_kv_cache_over_128_tokens():
     # The refocuses edited the working context and the cache recomputed a suffix after them (not one entry).
     assert sum(r["edits"] for r in log) > 0 and max(r["recomputed_entries"] for r in log) > 1, log
     assert len(set(outs[True].tolist())) > 5  # not a degenerate one-token loop
+
+
+def test_the_smollm2_cpu_search_lets_the_reader_choose_among_the_locators_candidates():
+    """The preset's refocus tries several zooms and keeps the one under which SmolLM2 best predicts the newest
+    tokens and its own continuation (obsidian Focus Allocator, "Lookahead fit"); the trial appends are undone."""
+    cfg = load_config(["preset=smollm2_cpu", "train.device=cpu"])
+    inf = cfg.allocator.inference
+    assert inf.branches >= 2 and inf.branch_lookahead > 0 and inf.branch_margin == 0
+    torch.manual_seed(0)  # untrained GistNet and LensNet: any scores give candidates to choose from
+    ctrl = build_controller(cfg, telemetry=None)
+    prompt = torch.tensor(tokenizer_for(cfg.model).encode_body(_real_text())[:300])
+    s = ctrl.begin_session(prompt)
+    history = s.history().clone()
+    record = ctrl.refocus()
+    assert torch.equal(s.history(), history) and s.num_tokens == 300  # the lookahead appended nothing for good
+    s.wc.validate()
+    fits = record.branch_fits
+    assert len(fits) == inf.branches and all(math.isfinite(f) and f < 0 for f in fits), fits
+    assert record.branch == fits.index(max(fits))  # margin 0: the best fit wins, ties the earlier path
+    assert ctrl._tail_fit() == pytest.approx(fits[record.branch], abs=1e-3)  # and its layout is the one kept
 
 
 def test_generate_from_a_model_hf_run_prints_real_text(tmp_path):
