@@ -40,19 +40,19 @@ def record_rank(ctrl, docs) -> dict | None:
     rows = [d.recall for d in docs if d.recall is not None and len(d.recall.record_spans) > 1]
     if not rows:
         return None
-    first, ties, margins, chance, skipped = 0, 0, [], 0.0, 0
+    wins, ties, margins, chance, skipped = [], 0, [], 0.0, 0  # wins: per document, 1 when the queried record led
     for r in rows:
         per = record_scores(ctrl, r.ids[: r.answer_span[0]], r.record_spans)
         if per is None:
             skipped += 1
             continue
         others = max(v for i, v in enumerate(per) if i != r.answer_record)
-        first += per[r.answer_record] > others
+        wins.append(int(per[r.answer_record] > others))
         ties += per[r.answer_record] == others
         margins.append(per[r.answer_record] - others)
         chance += 1.0 / len(per)
     n = len(margins)
-    return {"docs": n, "first": first, "ties": ties, "share": proportion_ci([1] * first + [0] * (n - first)),
+    return {"docs": n, "first": sum(wins), "ties": ties, "share": proportion_ci(wins),
             "chance": round(chance / n, 4) if n else None, "mean_margin": round(sum(margins) / n, 4) if n else None,
             "skipped": skipped}
 

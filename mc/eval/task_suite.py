@@ -233,6 +233,13 @@ def _cells(rows: list[dict], ts, variants: list[str], budget: int) -> list[dict]
     return cells
 
 
+def _search_note(refocus: dict | None) -> str:
+    """The refocus settings `focused` and `salience` searched with, as one sentence (older files have none)."""
+    if not refocus:
+        return ""
+    return " Refocus search: " + ", ".join(f"{k} {v}" for k, v in refocus.items() if k != "refocus_interval") + "."
+
+
 def to_markdown(res: dict) -> str:
     """One table per task: a row per variant, a column per (length, depth) cell: score [95% interval] and
     the compression (history / entries read)."""
@@ -242,8 +249,7 @@ def to_markdown(res: dict) -> str:
              f"{res['n_per_cell']} documents per cell (depth buckets +- {res['depth_jitter']}), greedy decoding "
              f"scored by string_match_all; {res['seconds']} s. Each cell: score [95% interval] (compression)."
              + (f" Documents seeded by draw {res['draw_seed']}." if res.get("draw_seed") is not None else "")
-             + (" Refocus search: " + ", ".join(f"{k} {v}" for k, v in res["refocus"].items()
-                                                 if k != "refocus_interval") + "." if res.get("refocus") else ""), ""]
+             + _search_note(res.get("refocus")), ""]
     by = {(c["task"], c["multiple"], c["depth"], c["variant"]): c for c in res["cells"]}
     cols = [(m, d) for m in res["multiples"] for d in res["depths"]]
     for task in res["tasks"]:
