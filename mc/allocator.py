@@ -178,8 +178,7 @@ class FocusAllocator:
     def _legal_groups(self, wc: WorkingContext, s: list[float]) -> list[tuple[float, int]]:
         """Every sibling group that may be collapsed now: ``(mean score, first index)``, cheapest first."""
         K = wc.block_size
-        groups = [(sum(s[i: i + K]) / K, i) for i in range(len(wc))
-                  if wc.check_collapse(i) is None and not self.collapse_blocked(wc, i)]
+        groups = [(sum(s[i: i + K]) / K, i) for i in wc.collapsible() if not self.collapse_blocked(wc, i)]
         return sorted(groups)
 
     def relative_view(self, wc: WorkingContext, s: list[float]) -> tuple[dict[int, float], list[tuple[float, int]]]:
@@ -230,10 +229,11 @@ class FocusAllocator:
         cfg = self.cfg
         cands: list[tuple[float, int, str, int]] = []  # (strength, tie-break, kind, index)
         groups: list[tuple[float, int]] = []  # every legal collapse group: (mean score, index)
+        legal = set(wc.collapsible())
         for i, (lod, _) in enumerate(wc.entries):
             if lod > 0 and s[i] >= cfg.expand_threshold and not self.expand_blocked(wc[i]):
                 cands.append((s[i], 1, "expand", i))
-            if wc.check_collapse(i) is None and not self.collapse_blocked(wc, i):
+            if i in legal and not self.collapse_blocked(wc, i):
                 mean = sum(s[i : i + K]) / K
                 groups.append((mean, i))
                 if mean <= -cfg.collapse_threshold:
@@ -351,9 +351,7 @@ class FocusAllocator:
         done: list[Edit] = []
         while len(wc) + n_new > wc.max_entries:
             best = None
-            for i in range(len(wc)):
-                if wc.check_collapse(i) is not None:
-                    continue
+            for i in wc.collapsible():
                 key = (self.collapse_blocked(wc, i), sum(s[i : i + K]) / K if s else 0.0, i)
                 if best is None or key < best:
                     best = key

@@ -309,6 +309,20 @@ class WorkingContext:
                     f"to {end} but tokens from {self.tail_start()} on must be LOD0")
         return None
 
+    def collapsible(self) -> list[int]:
+        """Every ``i`` with ``check_collapse(i) is None``, in order, in one pass and without building the
+        reasons: the allocator asks this of every entry on each make-room and refocus (a decode step's host time)."""
+        K, e, n = self.block_size, self._entries, len(self._entries)
+        tail = self.tail_start()
+        out = []
+        for i in range(n - K + 1):
+            lod, idx = e[i]
+            if lod >= self.max_lod or idx % K or (idx + K) * K**lod > tail:
+                continue
+            if all(e[i + j] == (lod, idx + j) for j in range(1, K)):
+                out.append(i)
+        return out
+
     # ------------------------------------------------------------------ edits
 
     def expand(self, i: int) -> None:

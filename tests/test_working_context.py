@@ -82,6 +82,8 @@ def test_random_edit_sequences_keep_invariants(geo, seed):
                 refused += 1
         check_invariants(wc)
         wc.validate()
+        # The allocator's one-pass scan names exactly the groups check_collapse allows.
+        assert wc.collapsible() == [j for j in range(len(wc)) if wc.check_collapse(j) is None]
 
 
 def make(entries, n, K=2, max_lod=2, max_entries=100, recent=2):
