@@ -6,6 +6,7 @@ harness verdict is about the same objects the workflow trains.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 import torch
 
@@ -81,14 +82,17 @@ def build_controller(cfg: RunConfig, *, device: torch.device | None = None, base
     return MCController(cfg, base, gistnet, lensnet, device=device, telemetry=telemetry)
 
 
-def load_run(run_dir: str | Path, *, device: torch.device | str | None = None, telemetry: Telemetry | None = None):
+def load_run(run_dir: str | Path, *, device: torch.device | str | None = None, telemetry: Telemetry | None = None,
+             overrides: Sequence[str] = ()):
     """A trained run folder -> ``(controller, tokenizer)`` ready for inference (see obsidian Inference).
 
     Reads ``<run_dir>/config.json`` (the config the workflow recorded), the stage-1 base weights
     ``stage1/base.pt`` (a ``model=hf`` run has none: its base is the model at ``model.hf_path``) and
     the stage-2 GistNet/LensNet checkpoint ``stage2/ckpt.pt``; the nets are put in eval mode and
     training compile modes are switched off (inference modes stay as recorded). The tokenizer is the
-    run's own: bytes for the built-in base, the model's for ``model=hf``.
+    run's own: bytes for the built-in base, the model's for ``model=hf``. ``overrides`` (``key.path=value``)
+    change the recorded config before anything is built, for settings that do not touch the trained shapes
+    (``compile.decode=default``, ``allocator.inference.*``); an unknown key or a bad value is a ConfigError.
     Telemetry stays in memory unless given: loading never writes into the run folder. A folder that
     is missing, lacks a file, or holds files of another shape raises a ``ValueError`` /
     ``FileNotFoundError`` whose one-line message names the file and the stage to (re)run.
@@ -112,6 +116,12 @@ def load_run(run_dir: str | Path, *, device: torch.device | str | None = None, t
         cfg = from_dict(RunConfig, json.loads(cfg_path.read_text(encoding="utf-8")))
     except (OSError, ValueError, TypeError) as exc:  # unreadable JSON or unknown keys: one line, the cause
         raise ConfigError(f"{cfg_path} is not a readable run config ({exc}); re-run the workflow there") from exc
+    if overrides:
+        from mc.app.bench import apply_overrides  # noqa: PLC0415 - the one override parser (mc_eval, the bench)
+        try:
+            cfg = apply_overrides(cfg, overrides)
+        except ValueError as exc:
+            raise ConfigError(f"override for {run_dir}: {exc}") from exc
     cfg.compile.lensnet.train = cfg.compile.gistnet.train = "off"  # inference only: no training graphs
     base_path = stage1_base_path(cfg, run_dir)  # None with model=hf: the base is the model itself
     needed = ((("stage1/base.pt", "stage1"),) if base_path is not None else ()) + (("stage2/ckpt.pt", "stage2"),)

@@ -61,31 +61,34 @@ class CachedDecoder:
         self._rope_cos, self._rope_sin = self._plain_tables(cfg.model.max_seq_len)  # [P, hd] by token index
         self._positions: IncrementalBasePositions | None = None  # per session: what base_logits would see
         self.compile_mode = compile_mode
-        self._step = self.base.forward_cached
+        self._step, self._suffix_step = self.base.forward_cached, self._suffix
         if compile_mode != "off":
             self._step = torch.compile(self.base.forward_cached, fullgraph=True, dynamic=False,
                                        mode=None if compile_mode == "default" else compile_mode)
+            # The suffix after a collapse or a refocus, its rotary tables included: one graph per bucket whatever
+            # its length S (marked dynamic per call), and no CUDA graphs whatever the step's mode: S varies, and
+            # a recording per S would outnumber the suffixes it serves. At decode sizes the eager suffix is
+            # op-bound like the step (obsidian Inference, "Compiled suffix").
+            self._suffix_step = torch.compile(self._suffix, fullgraph=True, dynamic=None)
 
     def _plain_tables(self, size: int) -> tuple[Tensor, Tensor]:
         cos, sin = rotary_cos_sin(torch.arange(size, device=self.cache.k.device), self.base.head_dim, self.rope_base)
         return rotary_full(cos, sin)
 
-    def _cos_sin(self, suffix: list) -> tuple[Tensor, Tensor]:
-        """Full-width LOD-aware rotary tables ``[S, hd]`` (:func:`rotary_full`) of the suffix entries.
+    def _plain_row(self, p: int) -> tuple[Tensor, Tensor]:
+        """The rotary rows ``[1, hd]`` of a single LOD0 entry at token index ``p`` (the decode step), read from a
+        table of plain rows: the same function of the same float32 position, and LOD0's amplitude is exactly 1,
+        so the values equal :func:`lod_rotary_cos_sin`'s while costing one slice instead of ~20 ops."""
+        if p >= self._rope_cos.shape[0]:  # grow by doubling: amortised O(1) per token
+            self._rope_cos, self._rope_sin = self._plain_tables(max(2 * self._rope_cos.shape[0], p + 1))
+        return self._rope_cos[p: p + 1], self._rope_sin[p: p + 1]
 
-        A single LOD0 entry (the decode step) reads a table of plain rotary rows by token index:
-        the same function of the same float32 position, and LOD0's amplitude is exactly 1, so the
-        values equal :func:`lod_rotary_cos_sin`'s while costing one slice instead of ~20 ops.
-        """
-        if len(suffix) == 1 and suffix[0][0] == 0:
-            p = int(suffix[0][2])
-            if p >= self._rope_cos.shape[0]:  # grow by doubling: amortised O(1) per token
-                self._rope_cos, self._rope_sin = self._plain_tables(max(2 * self._rope_cos.shape[0], p + 1))
-            return self._rope_cos[p: p + 1], self._rope_sin[p: p + 1]
-        dev = self.cache.k.device
-        pos = torch.tensor([k[2] for k in suffix], dtype=torch.float32, device=dev)
-        lods = torch.tensor([k[0] for k in suffix], dtype=torch.long, device=dev)
-        return rotary_full(*lod_rotary_cos_sin(pos, lods, self.block_size, self.base.head_dim, self.rope_base))
+    def _suffix(self, embeds_1sd: Tensor, pos_s: Tensor, lods_s: Tensor, k_cache: Tensor, v_cache: Tensor,
+                slots_s: Tensor, window: int) -> Tensor:
+        """The base over ``S`` suffix entries at positions ``pos_s`` and LODs ``lods_s``: their LOD-aware rotary
+        tables, then :meth:`forward_cached` over the bucket's window with the causal mask (one graph compiled)."""
+        cos, sin = rotary_full(*lod_rotary_cos_sin(pos_s, lods_s, self.block_size, self.base.head_dim, self.rope_base))
+        return self.base.forward_cached(embeds_1sd, cos, sin, k_cache, v_cache, slots_s, window)
 
     def _gather(self, tree, keys: list) -> Tensor:
         """Embeddings ``[1, S, D]`` of the suffix entries, read from the tree like ``materialize`` does."""
@@ -126,19 +129,27 @@ class CachedDecoder:
         suffix = keys[start:]
         dev = self.cache.k.device
         embeds = self._gather(session.tree, suffix)
-        cos, sin = self._cos_sin(suffix)
         slots = self._slots[start:n]
-        # (A flag, not `step is self.base.forward_cached`: each attribute access makes a new bound method.)
-        compiled_step = len(suffix) == 1 and self.compile_mode != "off"
-        if len(suffix) == 1 and not compiled_step:  # eager decode step: exactly n keys, no mask
-            out = self.base.forward_cached(embeds, cos, sin, self.cache.k, self.cache.v, slots, n, masked=False)[0]
-        else:  # the compiled step (one graph per bucket) or a suffix (eager): the bucket's window, causal mask
-            step = self._step if compiled_step else self.base.forward_cached
-            out = step(embeds, cos, sin, self.cache.k, self.cache.v, slots, bucket_for(n, self.ladder))[0]  # [V]
+        k_c, v_c = self.cache.k, self.cache.v
+        if len(suffix) == 1 and suffix[0][0] == 0:  # the decode step (one token): eager without a mask, or compiled
+            cos, sin = self._plain_row(int(suffix[0][2]))
+            if self.compile_mode == "off":  # exactly n keys, no mask
+                out = self.base.forward_cached(embeds, cos, sin, k_c, v_c, slots, n, masked=False)[0]
+            else:  # one graph per bucket: the bucket's static window and the causal mask
+                # A CUDA-graph step's output lives in the graph pool and the next replay overwrites it.
+                out = self._step(embeds, cos, sin, k_c, v_c, slots, bucket_for(n, self.ladder))[0].clone()
+        else:  # a suffix: its rotary tables and the base in one call, compiled with dynamic S (S >= 2)
+            pos = torch.tensor([k[2] for k in suffix], dtype=torch.float32, device=dev)
+            lods = torch.tensor([k[0] for k in suffix], dtype=torch.long, device=dev)
+            fn = self._suffix  # eager, and a lone gist (no recent tail), which the S >= 2 graph does not take
+            if self.compile_mode != "off" and len(suffix) > 1:
+                fn = self._suffix_step
+                for t, dim in ((embeds, 1), (pos, 0), (lods, 0), (slots, 0)):
+                    torch._dynamo.mark_dynamic(t, dim, min=2, max=self.ladder[-1])
+            out = fn(embeds, pos, lods, k_c, v_c, slots, bucket_for(n, self.ladder))[0]  # [V]
         self.cache.commit(keys)
         self.last_recomputed = len(suffix)
-        # A CUDA-graph step's output lives in the graph pool and the next replay overwrites it.
-        return out.clone() if compiled_step else out
+        return out
 
 
 @dataclass
@@ -190,10 +201,15 @@ def generate(ctrl, n: int, *, sampler: Sampler | None = None, use_cache: bool = 
             logits, pending = pending, None
         else:
             logits = dec.logits(s) if dec is not None else ctrl.next_token_logits()
-        if dec is not None:  # the cache-free path checked its logits already (next_token_logits)
-            finite_logits(logits, "generate")  # weights or gists that overflow at run time: an error, not token 0
         tok = sampler(logits)
-        tid = int(tok)  # the one host sync per token: the session's bookkeeping is Python
+        if dec is not None:  # the cache-free path checked its logits already (next_token_logits)
+            # Weights or gists that overflow at run time: an error, not a token drawn from NaN. Read with the token
+            # in one host sync (the only one per token: the session's bookkeeping is Python).
+            tid, finite = torch.stack((tok, torch.isfinite(logits).all().long())).tolist()
+            if not finite:
+                finite_logits(logits, "generate")  # raises, naming how many
+        else:
+            tid = int(tok)
         out.append(tid)
         if on_token is not None:
             on_token(tid)

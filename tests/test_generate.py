@@ -66,6 +66,30 @@ def test_cli_runs_on_a_run_folder(run_dir, tmp_path):
     assert {"first_changed_entry", "recomputed_entries", "edits"} <= set(rec["refocus_log"][0])
 
 
+def test_compiled_inference_overrides_warm_up_apart_and_keep_the_tokens(run_dir, tmp_path):
+    """compile.decode=default compile.gistnet.inference=default as overrides: the cached forward and GistNet
+    compiled (a subprocess: Dynamo state is process-global), their graphs built before the clocks start
+    (warmup_s), the same greedy tokens as the eager cached path."""
+    out = tmp_path / "compiled.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "mc_generate.py"), "--run-dir", str(run_dir),
+                           "--prompt", "x = 1\ny = ", "--max-new-tokens", "30", "--json", str(out),
+                           "compile.decode=default", "compile.gistnet.inference=default"],
+                          capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
+                               "TORCHINDUCTOR_CACHE_DIR": str(ROOT / ".cache" / "inductor")})
+    assert proc.returncode == 0, proc.stderr
+    compiled = json.loads(out.read_text())
+    rc, _, err = _main(["--run-dir", str(run_dir), "--prompt", "x = 1\ny = ", "--max-new-tokens", "30",
+                        "--json", str(tmp_path / "eager.json")])
+    assert rc == 0, err
+    eager = json.loads((tmp_path / "eager.json").read_text())
+    assert compiled["tokens"] == eager["tokens"]
+    assert compiled["compile"] == {"decode": "default", "gistnet": "default", "lensnet": "off"}
+    assert compiled["warmup_s"] > 0 and eager["warmup_s"] == 0.0
+    rc, _, err = _main(["--run-dir", str(run_dir), "--prompt", "x", "compile.nonsense=1"])
+    assert rc == 2 and "unknown config key 'compile.nonsense'" in err and len(err.splitlines()) == 1, err
+
+
 def test_cache_and_no_cache_agree_and_show_wc(run_dir, tmp_path):
     recs = {}
     for flag in ([], ["--no-kv-cache"]):

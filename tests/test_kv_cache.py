@@ -101,8 +101,9 @@ def test_sampler_greedy_topk_and_seed():
 
 def test_compiled_decode_step_matches_the_reference_without_recompiles():
     """compile.decode=default (CPU inductor; the same torch.compile call as on GPU, minus CUDA graphs):
-    every step's logits match the cache-free reference, and after the first pass through each
-    bucket nothing compiles again. In a fresh interpreter: Dynamo state must not leak between tests."""
+    every step's logits match the cache-free reference, the one-entry step and the suffix recomputes after
+    collapses and refocuses both run compiled (two graphs: the suffix's length is dynamic), and suffixes of
+    many lengths later compile nothing new. In a fresh interpreter: Dynamo state must not leak between tests."""
     from _subproc import MARK, run_script  # noqa: PLC0415
 
     out = run_script(f"""
@@ -115,20 +116,26 @@ cfg = load_config({TINY!r} + ["mc.max_lod=3", "compile.decode=default", "telemet
 ctrl = build_controller(cfg, device=torch.device("cpu"))
 ctrl.begin_session(torch.randint(0, 256, (40,), generator=torch.Generator().manual_seed(0)))
 dec = decoder_for(ctrl)
-worst, frames = 0.0, []
+worst, frames, suffixes = 0.0, [], []
 for i in range(160):
     got = dec.logits(ctrl.session)
     want = ctrl.next_token_logits()
     worst = max(worst, float((got - want).abs().max()))
+    if dec.last_recomputed > 1:
+        suffixes.append((i, dec.last_recomputed))
     ctrl.append(want.argmax().view(1), refocus=False)
     if i % 32 == 31:
         ctrl.refocus()
     frames.append(int(counters["stats"]["unique_graphs"]))
-print({MARK!r} + json.dumps({{"worst": worst, "frames": frames, "ladder": list(cfg.mc.bucket_ladder)}}))
+print({MARK!r} + json.dumps({{"worst": worst, "frames": frames, "ladder": list(cfg.mc.bucket_ladder),
+                             "suffixes": suffixes}}))
 """, timeout=600)
     assert out["worst"] < 1e-4, out["worst"]
-    assert 1 <= out["frames"][-1] <= len(out["ladder"]), out["frames"]  # one decode graph per bucket at most
-    assert out["frames"][-1] == out["frames"][len(out["frames"]) // 2], out["frames"]  # none in the second half
+    frames, half = out["frames"], len(out["frames"]) // 2
+    assert 2 <= frames[-1] <= 2 * len(out["ladder"]), frames  # a step and a suffix graph per bucket at most
+    assert frames[-1] == frames[half], frames  # none in the second half ...
+    late = {n for i, n in out["suffixes"] if i >= half}
+    assert len(late) >= 3, out["suffixes"]  # ... though suffixes of several lengths ran there
 
 
 def test_cached_decode_refuses_non_finite_logits():

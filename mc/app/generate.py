@@ -142,6 +142,13 @@ class TokenPrinter:
         self.out.flush()
 
 
+def _begin(ctrl, ids: torch.Tensor):
+    try:
+        return ctrl.begin_session(ids)
+    except ValueError as exc:  # the session refused the prompt (e.g. longer than its working context can hold)
+        raise GenerateError(f"the prompt ({ids.numel()} tokens) does not fit a session of this run: {exc}") from exc
+
+
 def generate_text(ctrl, tokenizer, text: str, max_new_tokens: int, *, temperature: float = 0.0, top_k: int = 0,
                   seed: int | None = None, use_cache: bool = True, out: TextIO | None = None,
                   wc_out: TextIO | None = None, notes: TextIO | None = None) -> dict:
@@ -153,6 +160,10 @@ def generate_text(ctrl, tokenizer, text: str, max_new_tokens: int, *, temperatur
     Prompt speed = the prompt's tokens over the time to stream them into the session plus the first
     base-model pass over the working context (the cache prefill). Decode speed = generated tokens
     over the decode loop's time, refocuses excluded (``refocus_ms`` has them, cache rebuild included).
+    With any inference call compiled (``compile.decode``, ``compile.gistnet.inference``,
+    ``compile.lensnet.inference``), a throwaway session over the same prompt decodes ``mc.block_size + 1`` tokens
+    and refocuses first (the prefill, the one-entry step, a one-block gist, LensNet), timed apart as ``warmup_s``, so
+    neither speed counts compilation; a bucket the session grows into later still compiles inside the loop, once.
     """
     from mc.decode import NO_KV_CACHE, DecodeStats, decoder_for, supports_kv_cache  # noqa: PLC0415
     from mc.sampling import Sampler  # noqa: PLC0415
@@ -170,11 +181,18 @@ def generate_text(ctrl, tokenizer, text: str, max_new_tokens: int, *, temperatur
         use_cache = False
     if use_cache:
         decoder_for(ctrl)  # built before the clock starts: its one-time set-up (cache, tables) is not the prompt's
+    warmup_s = 0.0
+    comp = ctrl.cfg.compile
+    if (comp.decode != "off" and use_cache) or {comp.gistnet.inference, comp.lensnet.inference} != {"off"}:
+        w0 = time.perf_counter()
+        _begin(ctrl, ids)  # a throwaway session: the timed one below starts afresh
+        ctrl.generate(ctrl.cfg.mc.block_size + 1, use_cache=use_cache)
+        ctrl.refocus()
+        if use_cache:
+            decoder_for(ctrl).logits(ctrl.session)  # the rebuild after a refocus, as generate runs it
+        warmup_s = time.perf_counter() - w0
     t0 = time.perf_counter()
-    try:
-        s = ctrl.begin_session(ids)
-    except ValueError as exc:  # the session refused the prompt (e.g. longer than its working context can hold)
-        raise GenerateError(f"the prompt ({ids.numel()} tokens) does not fit a session of this run: {exc}") from exc
+    s = _begin(ctrl, ids)
     _ = decoder_for(ctrl).logits(s) if use_cache else ctrl.next_token_logits()  # prefill, part of the prompt's cost
     prompt_s = time.perf_counter() - t0
     if wc_out is not None:
@@ -193,6 +211,8 @@ def generate_text(ctrl, tokenizer, text: str, max_new_tokens: int, *, temperatur
             "prompt_tokens_per_s": ids.numel() / max(prompt_s, 1e-9),
             "decode_tokens_per_s": max_new_tokens / max(stats.decode_s, 1e-9),
             "refocus_ms": stats.refocus_ms, "refocus_log": stats.refocus_log, "kv_cache": use_cache,
+            "compile": {"decode": comp.decode if use_cache else "off", "gistnet": comp.gistnet.inference,
+                        "lensnet": comp.lensnet.inference}, "warmup_s": warmup_s,
             "temperature": temperature, "top_k": top_k, "seed": seed}
 
 
@@ -210,6 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-kv-cache", action="store_true", help="re-run the base model over the whole working context per token")
     p.add_argument("--json", type=Path, default=None, help="write text, tokens, speeds and the refocus log here")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None, help="default: the run's train.device")
+    p.add_argument("overrides", nargs="*", help="config overrides key.path=value on the run's recorded config, for "
+                   "inference settings (e.g. compile.decode=default compile.gistnet.inference=default)")
     return p
 
 
@@ -227,7 +249,7 @@ def main(argv: Sequence[str] | None = None, *, stdin: TextIO | None = None, stdo
             raise GenerateError(f"--json {args.json} is a directory; pass a file path (e.g. {args.json / 'out.json'})")
         text = read_prompt(args.prompt, args.prompt_file, stdin)
         device = resolve_device(args.device) if args.device else None
-        ctrl, tok = load_run(args.run_dir, device=device)
+        ctrl, tok = load_run(args.run_dir, device=device, overrides=args.overrides)
         rec = generate_text(ctrl, tok, text, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                             seed=args.seed, use_cache=not args.no_kv_cache, out=stdout,
                             wc_out=stderr if args.show_wc else None, notes=stderr)
