@@ -13,6 +13,7 @@ import torch
 from mc.compile.telemetry import Telemetry
 from mc.config import ConfigError, RunConfig
 from mc.config_checks import validate
+from mc.config_loading import apply_overrides
 from mc.controller import MCController
 from mc.nets.gistnet import GistNet
 from mc.nets.gpt import GPT
@@ -117,7 +118,6 @@ def load_run(run_dir: str | Path, *, device: torch.device | str | None = None, t
     except (OSError, ValueError, TypeError) as exc:  # unreadable JSON or unknown keys: one line, the cause
         raise ConfigError(f"{cfg_path} is not a readable run config ({exc}); re-run the workflow there") from exc
     if overrides:
-        from mc.app.bench import apply_overrides  # noqa: PLC0415 - the one override parser (mc_eval, the bench)
         try:
             cfg = apply_overrides(cfg, overrides)
         except ValueError as exc:

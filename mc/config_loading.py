@@ -2,7 +2,8 @@
 
 Hydra composes the YAML groups over the dataclass schema; OmegaConf type-checks every value;
 ``mc.config_checks.validate`` checks ranges and cross-field rules. Any failure becomes a
-:class:`ConfigError` naming the key and value. The run10-style flags (``--mc_compile_lensnet=1``
+:class:`ConfigError` naming the key and value. :func:`apply_overrides` applies ``key.path=value`` overrides to a
+config dataclass without Hydra (a recorded run's config: ``load_run``, ``mc_eval.py``, the bench). The run10-style flags (``--mc_compile_lensnet=1``
 ...) are parsed here too, so the workflow, the harness and the tests share one parser.
 
 Hydra is imported lazily: the library itself (and the GPU machines, which have no Hydra) only
@@ -180,3 +181,41 @@ def compile_hash(cfg: RunConfig) -> str:
     keep = {k: d[k] for k in ("model", "gistnet", "lensnet", "mc", "allocator", "compile")}
     keep["train"] = {"device": d["train"]["device"], "stage2_batch": d["train"]["stage2"]["batch_size"]}
     return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _parse_value(text: str):
+    """JSON, else a single-quoted string (``''`` is empty, as in Hydra), else a Hydra-style list of bare words
+    (``[focused,oracle]``), else the text itself."""
+    if len(text) >= 2 and text[0] == text[-1] == "'":
+        return text[1:-1]
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    inner = text.strip()
+    if inner.startswith("[") and inner.endswith("]") and "[" not in inner[1:-1]:
+        return [_parse_value(x.strip()) for x in inner[1:-1].split(",") if x.strip()]
+    return text
+
+
+def apply_overrides(cfg: RunConfig, overrides: Sequence[str]) -> RunConfig:
+    """``key.path=value`` overrides on a config dataclass without Hydra (values parsed as JSON,
+    else kept as strings); an unknown key is a ValueError naming it."""
+    for item in overrides:
+        key, eq, raw = item.partition("=")
+        if not eq:
+            raise ValueError(f"override {item!r} must look like key.path=value")
+        obj, parts = cfg, key.split(".")
+        for p in parts[:-1]:
+            if not hasattr(obj, p):
+                raise ValueError(f"unknown config key {key!r} (no {p!r})")
+            obj = getattr(obj, p)
+        if not hasattr(obj, parts[-1]):
+            raise ValueError(f"unknown config key {key!r}")
+        old, new = getattr(obj, parts[-1]), _parse_value(raw)
+        if isinstance(old, float) and isinstance(new, int):
+            new = float(new)
+        if isinstance(old, str) and not isinstance(new, str):
+            new = raw
+        setattr(obj, parts[-1], new)
+    return validate(cfg)

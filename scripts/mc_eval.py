@@ -21,7 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mc.app.bench import apply_overrides, bench_config  # noqa: E402  (config helpers shared with the benchmark)
+from mc.app.bench import bench_config  # noqa: E402  (the benchmark's config, for a folder without one)
+from mc.config_loading import apply_overrides  # noqa: E402
 from mc.app.run_lock import RunLock  # noqa: E402
 from mc.config import ConfigError, RunConfig, from_dict  # noqa: E402
 from mc.eval.draws import fresh_draw  # noqa: E402

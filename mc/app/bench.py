@@ -37,6 +37,7 @@ import torch
 
 from mc.config import RunConfig, from_dict, to_dict
 from mc.config_checks import validate
+from mc.config_loading import apply_overrides  # noqa: F401 (re-exported: tests/test_bench.py imports it from here)
 from mc.app.bench_cases import CASE_GROUPS, DEFAULT_CASES, build_cases
 from mc.app.bench_markdown import decode_table, to_markdown  # noqa: F401 (re-exported: the workflow, report and tests import them from here)
 from mc.io import write_text
@@ -57,44 +58,6 @@ QUICK_OVERRIDES = (
 
 
 # ----------------------------------------------------------------------------- config
-
-
-def _parse_value(text: str):
-    """JSON, else a single-quoted string (``''`` is empty, as in Hydra), else a Hydra-style list of bare words
-    (``[focused,oracle]``), else the text itself."""
-    if len(text) >= 2 and text[0] == text[-1] == "'":
-        return text[1:-1]
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        pass
-    inner = text.strip()
-    if inner.startswith("[") and inner.endswith("]") and "[" not in inner[1:-1]:
-        return [_parse_value(x.strip()) for x in inner[1:-1].split(",") if x.strip()]
-    return text
-
-
-def apply_overrides(cfg: RunConfig, overrides: Sequence[str]) -> RunConfig:
-    """``key.path=value`` overrides on a config dataclass without Hydra (values parsed as JSON,
-    else kept as strings); an unknown key is a ValueError naming it."""
-    for item in overrides:
-        key, eq, raw = item.partition("=")
-        if not eq:
-            raise ValueError(f"override {item!r} must look like key.path=value")
-        obj, parts = cfg, key.split(".")
-        for p in parts[:-1]:
-            if not hasattr(obj, p):
-                raise ValueError(f"unknown config key {key!r} (no {p!r})")
-            obj = getattr(obj, p)
-        if not hasattr(obj, parts[-1]):
-            raise ValueError(f"unknown config key {key!r}")
-        old, new = getattr(obj, parts[-1]), _parse_value(raw)
-        if isinstance(old, float) and isinstance(new, int):
-            new = float(new)
-        if isinstance(old, str) and not isinstance(new, str):
-            new = raw
-        setattr(obj, parts[-1], new)
-    return validate(cfg)
 
 
 def bench_config(overrides: Sequence[str] = (), *, quick: bool = False) -> RunConfig:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from mc.config import RunConfig
 from mc.config_checks import validate
+from mc.config_loading import apply_overrides
 from mc.eval.stats import fmt_ci, paired_diff_ci, proportion_ci
 
 BASELINE_ARM = "all rules"
@@ -44,8 +45,6 @@ def parse_arm(text: str) -> tuple[str, list[str]]:
 
 def arm_config(cfg: RunConfig, overrides: list[str]) -> RunConfig:
     """A copy of ``cfg`` with ``overrides`` applied and validated (a bad key or value names itself)."""
-    from mc.app.bench import apply_overrides  # noqa: PLC0415 - the app layer's override parser, shared
-
     return apply_overrides(copy.deepcopy(cfg), overrides)
 
 
