@@ -18,7 +18,7 @@ from _tiny_config import TINY  # noqa: E402
 
 from mc.app.generate import GenerateError, lod_map_text, main, prompt_ids  # noqa: E402
 from mc.build import load_run  # noqa: E402
-from mc.config import to_dict  # noqa: E402
+from mc.config import ConfigError, to_dict  # noqa: E402
 from mc.config_loading import load_config  # noqa: E402
 from mc.data.tokenizer import ByteTokenizer  # noqa: E402
 from mc.io import write_json  # noqa: E402
@@ -115,6 +115,16 @@ def test_load_run_public_function(run_dir):
     ctrl.begin_session(tok.encode_tensor("hello"))
     assert ctrl.generate(3).shape == (3,)
     assert not (run_dir / "telemetry.jsonl").exists()  # loading for inference writes nothing into the run
+
+
+def test_load_run_applies_overrides_and_refuses_bad_ones(run_dir):
+    ctrl, _ = load_run(run_dir, overrides=["allocator.inference.refocus_interval=7", "compile.decode=default"])
+    assert ctrl.cfg.allocator.inference.refocus_interval == 7 and ctrl.cfg.compile.decode == "default"
+    assert load_run(run_dir)[0].cfg.allocator.inference.refocus_interval == 4  # the recorded config is untouched
+    with pytest.raises(ConfigError, match="unknown config key 'mc.nope'"):
+        load_run(run_dir, overrides=["mc.nope=1"])
+    with pytest.raises(ConfigError, match="refocus_interval"):
+        load_run(run_dir, overrides=["allocator.inference.refocus_interval=0"])
 
 
 @pytest.mark.parametrize("case", ["missing", "not_a_run", "no_stage2", "empty_prompt", "empty_stdin", "bad_file"])
