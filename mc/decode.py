@@ -61,7 +61,7 @@ class CachedDecoder:
         self._rope_cos, self._rope_sin = self._plain_tables(cfg.model.max_seq_len)  # [P, hd] by token index
         self._positions: IncrementalBasePositions | None = None  # per session: what base_logits would see
         self.compile_mode = compile_mode
-        self._step, self._suffix_step = self.base.forward_cached, self._suffix
+        self._step = self._suffix_step = None  # the compiled one-entry step and suffix (compile.decode on only)
         if compile_mode != "off":
             self._step = torch.compile(self.base.forward_cached, fullgraph=True, dynamic=False,
                                        mode=None if compile_mode == "default" else compile_mode)

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from mc.app.bench import MODES, apply_overrides, to_markdown
+from mc.app.bench import MODES, to_markdown
 from mc.config import ConfigError, RunConfig
+from mc.config_loading import apply_overrides
 
 ROOT = Path(__file__).resolve().parent.parent
 

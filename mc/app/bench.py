@@ -37,7 +37,7 @@ import torch
 
 from mc.config import RunConfig, from_dict, to_dict
 from mc.config_checks import validate
-from mc.config_loading import apply_overrides  # noqa: F401 (re-exported: tests/test_bench.py imports it from here)
+from mc.config_loading import apply_overrides
 from mc.app.bench_cases import CASE_GROUPS, DEFAULT_CASES, build_cases
 from mc.app.bench_markdown import decode_table, to_markdown  # noqa: F401 (re-exported: the workflow, report and tests import them from here)
 from mc.io import write_text
