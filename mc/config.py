@@ -34,8 +34,7 @@ class ModelConfig:
     max_seq_len: int = 512  # longest LOD0 sequence stage 1 trains on
     rope_base: float = 10000.0  # rotary base frequency
     qk_norm: bool = True  # RMS-normalise queries and keys per head
-    # model=hf (see obsidian Base models): the base is a Hugging Face causal LM loaded from a local
-    # directory; d_model/n_layers/n_heads/vocab_size/rope_base are then read from its config.json.
+    # model=hf (obsidian Base models): a local Hugging Face causal LM; its config.json sets d_model..rope_base
     source: str = "gpt"  # "gpt" (built-in, stage 1 pretrains it) or "hf" (model.hf_path; stage 1 is skipped)
     hf_path: str = ""  # model=hf: a save_pretrained directory (config.json + weights + tokenizer); never downloaded
     hf_dtype: str = "float32"  # model=hf: weight dtype, one of HF_DTYPES (the adapter returns float32 logits)
@@ -75,6 +74,9 @@ class MCConfig:
     max_lod: int = 2  # levels of detail trained on; an inference session starts here and adds levels as it grows
     max_entries: int = 256  # working-context budget (entries, tokens and gists alike)
     recent_tokens: int = 64  # the last tokens that always stay LOD0
+    # entries an inference session keeps free for focus: it adds a gist level (oldest top gists merge K to one) while
+    # the coarsest layout leaves fewer free; 0 = only when the history does not fit (obsidian Working Context)
+    focus_room: int = 0
     bucket_ladder: list[int] = field(default_factory=lambda: [64, 128, 256])  # padded WC lengths
     gist_bucket_ladder: list[int] = field(default_factory=lambda: [1, 4, 16, 64])  # blocks per GistNet call (inference)
     history_tokens: int = 2048  # stage-2 training sequence length T (multiple of K**max_lod); validation reads this one
@@ -82,8 +84,7 @@ class MCConfig:
     # <= history_tokens, eager training only. [] = history_tokens always (obsidian Training, "History mix")
     history_mix: list[int] = field(default_factory=list)
     n_random_variants: int = 3  # random compressions per training sequence (plus one baseline)
-    # Of those, on recall sequences: the queried record's path expanded first (at most n_random_variants are: a
-    # smaller n_random_variants, as the bench's quick shapes set, caps it rather than failing). 0 = random only.
+    # Of those, on recall sequences: the queried record's path expanded first (capped at n_random_variants). 0 = off
     guided_variants: int = 0
     # Of those, after the guided ones, on recall sequences with other records: a non-queried record's path expanded
     # first (a layout where focus went to the wrong record; the focus loss still ranks the queried record's gist
@@ -100,10 +101,9 @@ class MCConfig:
     pref_beta: float = 2.0  # logistic sharpness of the per-entry preference loss (2: scores clear the allocator thresholds)
     min_loss_gap: float = 1e-3  # pairs whose loss gap is smaller carry no preference
     freeze_base: bool = True  # stage 2 leaves the base model frozen
-    positions: str = "bounded"  # base-model positions: "bounded" (= "global" inside model.max_seq_len, mapped into it
-    #                             past it), "entries" (as bounded, older entries one position apart), "slots" (each
-    #                             entry at its index in the working context, every length) or "global" span centres
-    #                             (POSITION_MODES; obsidian Positions)
+    # base-model positions (POSITION_MODES; obsidian Positions): "bounded" ("global" inside model.max_seq_len, mapped
+    # into it past it), "entries" (as bounded, older entries one apart), "slots" (entry index) or "global" (centres)
+    positions: str = "bounded"
 
 
 @dataclass

@@ -115,6 +115,10 @@ def validate(cfg: RunConfig) -> RunConfig:
               "compiled graph; use [] with a training compile mode")
     if mc.recent_tokens >= mc.max_entries:
         _fail("mc.recent_tokens", mc.recent_tokens, f"must be smaller than mc.max_entries ({mc.max_entries})")
+    free = mc.max_entries - mc.recent_tokens
+    if isinstance(mc.focus_room, bool) or not isinstance(mc.focus_room, int) or not 0 <= mc.focus_room <= free:
+        _fail("mc.focus_room", mc.focus_room, f"expected an entry count in [0, max_entries - recent_tokens = {free}] "
+              "(0 = add a gist level only when the history does not fit)")
     _choice("mc.positions", mc.positions, POSITION_MODES)
     if mc.positions == "bounded" and mc.recent_tokens >= m.max_seq_len:
         _fail("mc.recent_tokens", mc.recent_tokens, f"bounded positions keep the tail exact: must be < model.max_seq_len ({m.max_seq_len})")

@@ -78,7 +78,7 @@ class InferenceSession:
         total = self.tree.num_tokens + n
         # Checked before anything changes: the depth this history needs (ValueError past capacity).
         depth = layout_depth(total, block_size=mc.block_size, min_lod=self.tree.max_lod,
-                             max_entries=mc.max_entries, recent_tokens=mc.recent_tokens)
+                             max_entries=mc.max_entries, recent_tokens=mc.recent_tokens, room=mc.focus_room)
         tree_mark = self.tree.mark()
         wc = None if self.wc is None else self.wc.copy()
         fresh = wc is None

@@ -65,8 +65,16 @@ def capacity_tokens(*, block_size: int, max_entries: int, recent_tokens: int) ->
     return recent_tokens + (r + 2) * K**q - 2
 
 
-def layout_depth(num_tokens: int, *, block_size: int, min_lod: int, max_entries: int, recent_tokens: int) -> int:
-    """The smallest depth ``>= min_lod`` whose coarsest layout of ``num_tokens`` fits ``max_entries``.
+def layout_depth(num_tokens: int, *, block_size: int, min_lod: int, max_entries: int, recent_tokens: int,
+                 room: int = 0) -> int:
+    """The smallest depth ``>= min_lod`` whose coarsest layout of ``num_tokens`` fits ``max_entries``, then
+    deeper while that layout leaves fewer than ``room`` entries free and one more level would free some.
+
+    Why ``room``: at the trained depth a long history's coarsest layout can take nearly the whole budget
+    (8192 tokens in 72 entries at K = 8, depth 3: 44 entries), leaving too few for a refocus to open a
+    path to LOD0; one level more merges the oldest top-level gists K to one and frees ``K - 1`` entries per
+    merged group (obsidian Working Context, "Room for focus"). A level is added only where the current top
+    level has at least K nodes before the tail, so the loop ends.
 
     ValueError (naming the capacity and the fix) past :func:`capacity_tokens`, even for the rare
     longer lengths whose digit sum happens to fit again: a stream that broke at one length must not
@@ -82,6 +90,10 @@ def layout_depth(num_tokens: int, *, block_size: int, min_lod: int, max_entries:
     lod = min_lod
     while coarsest_size(num_tokens, max_lod=lod, **kw) > max_entries:
         lod += 1  # terminates: within the capacity some depth fits (see capacity_tokens)
+    tail = max(0, num_tokens - recent_tokens)
+    while (coarsest_size(num_tokens, max_lod=lod, **kw) > max_entries - room
+           and tail >= block_size ** (lod + 1)):
+        lod += 1
     return lod
 
 

@@ -82,6 +82,9 @@ def test_real_model_presets_resolve(preset):
         ("compile.warmup_iters=2", "compile.warmup_iters"),
         ("data.source=web", "data.source"),
         ("nope=1", "nope"),
+        ("mc.focus_room=-1", "mc.focus_room"),
+        ("mc.focus_room=57", "max_entries - recent_tokens = 56"),  # the cpu preset: 72 entries, a 16-token tail
+        ("mc.focus_room=true", "mc.focus_room"),
         ("mc.history_mix=[100]", "mc.history_mix"),  # the cpu preset: not a multiple of block_size**max_lod (8)
         ("mc.history_mix=[64,256]", "<= mc.history_tokens (128)"),
         ("mc.history_mix=[64] compile.gistnet.train=default", "needs eager training"),

@@ -208,6 +208,42 @@ def test_layout_arithmetic_matches_a_brute_force_cover():
         assert d == 1 or coarsest_size(n, block_size=4, max_lod=d - 1, recent_tokens=8) > 32
 
 
+def test_focus_room_adds_a_level_only_where_it_frees_entries():
+    """layout_depth(room=R): the fitting depth, then deeper while the coarsest layout leaves < R free and the top
+    level has K nodes to merge; brute force over depths, and room=0 is the depth that merely fits."""
+    K, E, recent = 4, 32, 8
+    for n in list(range(1, 3000, 37)) + [5000, 20_000]:
+        fit = layout_depth(n, block_size=K, min_lod=1, max_entries=E, recent_tokens=recent)
+        assert layout_depth(n, block_size=K, min_lod=1, max_entries=E, recent_tokens=recent, room=0) == fit
+        for room in (1, 8, 15, 24):
+            d = layout_depth(n, block_size=K, min_lod=1, max_entries=E, recent_tokens=recent, room=room)
+            size = [coarsest_size(n, block_size=K, max_lod=lod, recent_tokens=recent) for lod in range(d + 2)]
+            assert d >= fit
+            for lod in range(fit, d):  # every level added freed entries and was needed
+                assert size[lod] > E - room and size[lod + 1] < size[lod]
+            assert size[d] <= E - room or size[d + 1] == size[d]  # stopped: room reached or nothing left to merge
+    # the long_corpus geometry at 64x the base window: 44 of 72 entries at depth 3, 37 at depth 4
+    kw = dict(block_size=8, min_lod=3, max_entries=72, recent_tokens=16)
+    assert [layout_depth(8192, **kw, room=r) for r in (0, 28, 29, 35, 56)] == [3, 3, 4, 4, 4]
+    assert [layout_depth(4096, **kw, room=r) for r in (0, 56)] == [3, 3]  # 4080 tokens before the tail: no L4 node
+
+
+def test_a_session_with_focus_room_grows_a_level_early(tiny):
+    """With mc.focus_room the session grows tree and working context together when the room runs short, streamed
+    or in one prompt, and every invariant holds; without it the same history stays at the trained depth."""
+    base = dict(block_size=8, max_lod=3, max_entries=72, recent_tokens=16, bucket_ladder=[40, 72], history_tokens=512)
+    plain, roomy = new_session(with_mc(tiny, **base)), new_session(with_mc(tiny, **base, focus_room=32))
+    streamed = new_session(with_mc(tiny, **base, focus_room=32))
+    stream(plain, 8192)
+    stream(roomy, 8192)
+    for _ in range(8):
+        stream(streamed, 1024)
+    for s in (plain, roomy, streamed):
+        check_session(s)
+    assert plain.tree.max_lod == 3 and roomy.tree.max_lod == 4 and streamed.tree.max_lod == 4
+    assert (4, 0) in roomy.wc.entries and (4, 0) in streamed.wc.entries  # the oldest 4096 tokens in one gist
+
+
 def test_a_million_tokens_at_the_cpu_preset_geometry(tiny):
     """begin + stream to 1,000,000 tokens at the cpu preset's geometry (K=8, 72 entries, 16-token tail)."""
     cfg = with_mc(tiny, block_size=8, max_lod=1, max_entries=72, recent_tokens=16, bucket_ladder=[40, 72],
