@@ -291,13 +291,13 @@ class LongRangeConfig:
     # whose alignment with the gist grid would decide the whole cell (obsidian Evaluation); 0 = the exact depth
     depth_jitter: float = 0.05
     n_per_cell: int = 8  # documents per (task, length, depth) cell
-    # multiples (each one of `multiples`) whose cells read dense_n_per_cell documents instead of n_per_cell: where a
-    # bar is judged per depth bucket, one document of 16 moves an accuracy by 0.06 (obsidian Evaluation)
+    # multiples (of `multiples`) whose cells read dense_n_per_cell documents, not n_per_cell (obsidian Evaluation)
     dense_multiples: list[int] = field(default_factory=list)
     dense_n_per_cell: int = 32  # documents per cell at dense_multiples
     tasks: list[str] = field(default_factory=lambda: ["passkey", "multi_needle"])  # of mc.data.long_tasks.LONG_TASKS
     n_needles: int = 4  # records in a multi_needle document (one queried, the rest distractors)
     variants: list[str] = field(default_factory=lambda: list(LONG_RANGE_VARIANTS))
+    budget: int = 0  # entries every variant reads at (0 = mc.max_entries); the same nets, read eagerly
 
 
 @dataclass

@@ -295,6 +295,10 @@ def validate(cfg: RunConfig) -> RunConfig:
             _choice(f"eval.long_range.{key}", v, allowed)
     if "random" in lr.variants and "focused" not in lr.variants:
         _fail("eval.long_range.variants", list(lr.variants), "'random' makes as many edits as 'focused' did: list both")
+    _check_read_budget(cfg, "eval.long_range.budget", lr.budget)
+    if lr.budget > cfg.model.max_seq_len:  # recency reads the last `budget` tokens in one window of the base
+        _fail("eval.long_range.budget", lr.budget, f"recency reads that many raw tokens: must be <= model.max_seq_len "
+              f"({cfg.model.max_seq_len})")
     _check_task_suite(cfg)
     return cfg
 
@@ -317,11 +321,15 @@ def _check_task_suite(cfg: RunConfig) -> None:
         _positive(f"eval.tasks.{k}", getattr(ts, k))
     if "random" in ts.variants and "focused" not in ts.variants:
         _fail("eval.tasks.variants", list(ts.variants), "'random' makes as many edits as 'focused' did: list both")
-    _positive("eval.tasks.budget", ts.budget, 0, " (0 = read at mc.max_entries)")
+    _check_read_budget(cfg, "eval.tasks.budget", ts.budget)
+
+
+def _check_read_budget(cfg: RunConfig, key: str, budget) -> None:
+    """A sweep's read budget (eval.tasks.budget, eval.long_range.budget): 0, or more entries than the raw tail."""
+    _positive(key, budget, 0, " (0 = read at mc.max_entries)")
     mc, window = cfg.mc, cfg.model.max_seq_len
-    if ts.budget and ts.budget <= mc.recent_tokens:
-        _fail("eval.tasks.budget", ts.budget, f"must be larger than mc.recent_tokens ({mc.recent_tokens}), the raw tail "
+    if budget and budget <= mc.recent_tokens:
+        _fail(key, budget, f"must be larger than mc.recent_tokens ({mc.recent_tokens}), the raw tail "
               "every working context keeps, or 0 for mc.max_entries")
-    if ts.budget and mc.positions == "slots" and ts.budget > window:
-        _fail("eval.tasks.budget", ts.budget, f"slots positions number the entries 0..budget-1: must be <= "
-              f"model.max_seq_len ({window})")
+    if budget and mc.positions == "slots" and budget > window:
+        _fail(key, budget, f"slots positions number the entries 0..budget-1: must be <= model.max_seq_len ({window})")

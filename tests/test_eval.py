@@ -15,6 +15,7 @@ from mc.eval.evaluate import (VARIANTS, Focus, _variant_labels, load_trained_con
                               wc_tail_loss)
 from mc.eval.focus_policies import oracle_refocus, random_refocus, span_scores
 from mc.eval.long_range import run_long_range
+from mc.eval.read_budget import at_budget
 from mc.eval.stats import mean_ci, paired_diff_ci, proportion_ci
 
 
@@ -225,6 +226,31 @@ def test_long_range_sweep_on_corpus_haystack_with_held_out_template():
     # the oracle opens every needle as far as this tiny budget allows (a 9-token record across a 16-token gist
     # boundary at 2x does not fit whole at LOD0 in 48 entries: mc.eval.oracle_layout's test covers that rule)
     assert all(r["needle_lod"]["oracle"] < r["needle_lod"]["compressed"] for r in sec["rows"])
+
+
+def test_long_range_reads_the_same_nets_at_another_budget():
+    """eval.long_range.budget: every variant reads at W = 96 (the run trained at 48) through a controller over the
+    same nets whose layouts hold more than 48 entries; the compression is against 96 and the run's controller never
+    read a document. A budget past the base's window (recency could not read it) or inside the raw tail is refused."""
+    cfg = validate(tiny_cfg(n_docs=1))
+    lr = cfg.eval.long_range
+    lr.multiples, lr.depths, lr.n_per_cell, lr.tasks = [4], [0.5], 1, ["passkey"]
+    lr.variants, lr.budget = ["recency", "compressed", "oracle"], 96
+    ctrl = build_controller(cfg, device="cpu")
+    sec = run_long_range(ctrl, validate(cfg))
+    assert sec["budget"] == 96 and sec["compression"] == {"512": round(512 / 96, 2)} and len(sec["rows"]) == 1
+    assert ctrl.session is None and ctrl.cfg.mc.max_entries == 48
+    wide, wcfg = at_budget(ctrl, cfg, 96)
+    assert wide.lensnet is ctrl.lensnet and wide.gistnet is ctrl.gistnet and wcfg.mc.bucket_ladder == [16, 32, 48, 96]
+    wide.begin_session(torch.arange(512) % 200)
+    assert 48 < len(wide.session.wc) <= 96
+    lr.budget = 48
+    at_w = run_long_range(ctrl, validate(cfg))
+    assert at_w["budget"] == 48 and ctrl.session is not None  # at the run's own W the run's controller reads
+    for bad, says in ((8, "larger than mc.recent_tokens"), (-1, "integer >= 0"), (129, "<= model.max_seq_len")):
+        lr.budget = bad
+        with pytest.raises(ValueError, match=says):
+            validate(cfg)
 
 
 def test_long_range_docs_per_multiple():

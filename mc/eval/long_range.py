@@ -4,8 +4,8 @@ Owns ``run_long_range(ctrl, cfg)``, the ``long_range`` section of ``eval/eval.js
 (obsidian Evaluation, "Long-range sweep"). For every task x history length (multiples of
 ``model.max_seq_len``, the base's trained window) x needle depth, ``eval.long_range.n_per_cell``
 generated documents (``dense_n_per_cell`` at the ``dense_multiples``; :mod:`mc.data.long_tasks`) are read
-five ways at the same entry budget ``B = mc.max_entries``, and the queried value is greedy-decoded after the
-query:
+several ways at the same entry budget ``B`` (``eval.long_range.budget``, else ``mc.max_entries``:
+:func:`mc.eval.read_budget.at_budget`), and the queried value is greedy-decoded after the query:
 
 * ``recency``: the base model over the last B tokens at LOD0;
 * ``compressed``: a controller session over the prompt, no refocus;
@@ -50,6 +50,7 @@ from mc.data.long_tasks import make_long_doc
 from mc.eval.baselines import lod0_answer
 from mc.eval.draws import draw_seed
 from mc.eval.focus_policies import oracle_refocus, random_refocus, salience_refocus, span_scores
+from mc.eval.read_budget import at_budget
 from mc.eval.stats import proportion_ci
 
 SEED_OFFSET = 1_000_000  # sweep documents never share a seed with training or the main evaluation
@@ -123,6 +124,7 @@ def run_long_range(ctrl: MCController, cfg: RunConfig, *, progress: bool = False
     lr = cfg.eval.long_range
     if not lr.multiples:
         return {}
+    ctrl, cfg = at_budget(ctrl, cfg, lr.budget)
     rc = cfg.data.recall
     budget = cfg.mc.max_entries
     variants = [v for v in LONG_RANGE_VARIANTS if v in lr.variants]  # "focused" before "random": it sets the count
@@ -141,7 +143,7 @@ def run_long_range(ctrl: MCController, cfg: RunConfig, *, progress: bool = False
     for name, length, depth, k in combos:
         task, template = tasks[name]
         if length <= budget:
-            raise ValueError(f"long-range length {length} is not longer than the budget mc.max_entries={budget}; "
+            raise ValueError(f"long-range length {length} is not longer than the read budget {budget}; "
                              "raise eval.long_range.multiples")
         seed = SEED_OFFSET + draw_seed(cfg) * 10_000 + k
         doc_depth = needle_depth(depth, lr.depth_jitter, seed)

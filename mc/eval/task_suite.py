@@ -25,7 +25,6 @@ their own seed range, so no training document is a suite document.
 """
 from __future__ import annotations
 
-import copy
 import time
 import zlib
 
@@ -37,6 +36,7 @@ from mc.data.real_tasks import ANSWER_TOKENS, TaskDoc, filler_window, make_task_
 from mc.eval.draws import draw_seed
 from mc.eval.focus_policies import multi_span_oracle_refocus, random_refocus, salience_refocus
 from mc.eval.long_range import needle_depth, needle_lod, run_long_range
+from mc.eval.read_budget import at_budget
 from mc.eval.stats import proportion_ci
 from mc.kv_cache import KVCache
 from mc.nets.positional import rotary_cos_sin, rotary_full
@@ -98,26 +98,6 @@ def run_sweeps(ctrl, cfg: RunConfig, *, progress: bool = False) -> dict:
     return out
 
 
-def at_budget(ctrl, cfg: RunConfig):
-    """``(controller, config)`` the suite reads with: ``ctrl`` and ``cfg`` themselves at ``mc.max_entries``, else a
-    controller over the same nets whose working contexts hold ``eval.tasks.budget`` entries. Neither net depends on
-    the budget (LensNet's features are LOD and shares of the history, not entry counts), so nets trained at one W can
-    be read at another. That controller runs eagerly: a compiled net at a new bucket would be a new graph, a recompile
-    after the run's warm-up."""
-    budget = cfg.eval.tasks.budget
-    if not budget or budget == cfg.mc.max_entries:
-        return ctrl, cfg
-    from mc.controller import MCController  # noqa: PLC0415 - mc.eval stays importable without the controller
-
-    rcfg = copy.deepcopy(cfg)
-    rcfg.mc.max_entries = budget
-    rcfg.mc.bucket_ladder = [b for b in cfg.mc.bucket_ladder if b < budget] + [budget]
-    for net in (rcfg.compile.lensnet, rcfg.compile.gistnet):
-        net.train = net.inference = "off"
-    rcfg.compile.decode = "off"
-    return MCController(rcfg, ctrl.base, ctrl.gistnet, ctrl.lensnet, device=ctrl.device, telemetry=ctrl.telemetry), rcfg
-
-
 def run_task_suite(ctrl, cfg: RunConfig, *, progress: bool = False, source=None) -> dict:
     """The sweep (see the module docstring); ``{}`` when ``eval.tasks.tasks`` is empty. ``source``: the filler's
     corpus source (default: the held-out split of the run's corpus, tokenized by its tokenizer)."""
@@ -125,7 +105,7 @@ def run_task_suite(ctrl, cfg: RunConfig, *, progress: bool = False, source=None)
     from mc.data.loader import make_source  # noqa: PLC0415
     if not cfg.eval.tasks.tasks:
         return {}
-    ctrl, cfg = at_budget(ctrl, cfg)
+    ctrl, cfg = at_budget(ctrl, cfg, cfg.eval.tasks.budget)
     ts = cfg.eval.tasks
     tok = tokenizer_for(cfg.model)
     corpus = cfg.data if cfg.data.source != "recall" else type(cfg.data)(source="stdlib")
