@@ -2,9 +2,10 @@
 
 Hydra composes the YAML groups over the dataclass schema; OmegaConf type-checks every value;
 ``mc.config_checks.validate`` checks ranges and cross-field rules. Any failure becomes a
-:class:`ConfigError` naming the key and value. :func:`apply_overrides` applies ``key.path=value`` overrides to a
-config dataclass without Hydra (a recorded run's config: ``load_run``, ``mc_eval.py``, the bench). The run10-style flags (``--mc_compile_lensnet=1``
-...) are parsed here too, so the workflow, the harness and the tests share one parser.
+:class:`ConfigError` naming the key and value. :func:`apply_overrides` applies ``key.path=value`` overrides
+to a config dataclass without Hydra (a recorded run's config: ``load_run``, ``mc_eval.py``, the bench). The
+run10-style flags (``--mc_compile_lensnet=1`` ...) are parsed here too, so the workflow, the harness and the
+tests share one parser.
 
 Hydra is imported lazily: the library itself (and the GPU machines, which have no Hydra) only
 needs the dataclasses.

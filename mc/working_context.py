@@ -91,8 +91,8 @@ def layout_depth(num_tokens: int, *, block_size: int, min_lod: int, max_entries:
     while coarsest_size(num_tokens, max_lod=lod, **kw) > max_entries:
         lod += 1  # terminates: within the capacity some depth fits (see capacity_tokens)
     tail = max(0, num_tokens - recent_tokens)
-    while (coarsest_size(num_tokens, max_lod=lod, **kw) > max_entries - room
-           and tail >= block_size ** (lod + 1)):
+    while (room and tail >= block_size ** (lod + 1)  # cheap tests first: this runs on every decoded token
+           and coarsest_size(num_tokens, max_lod=lod, **kw) > max_entries - room):
         lod += 1
     return lod
 

@@ -4,7 +4,7 @@ Owns :func:`at_budget`. The task suite (``eval.tasks.budget``) and the long-rang
 (``eval.long_range.budget``) may read at a budget other than the one stage 2 trained at (``mc.max_entries``):
 neither net depends on it (GistNet gists K entries at a time; LensNet's features are LOD and shares of the
 history, not entry counts), so nets trained at one W can be read at another (obsidian Evaluation,
-"Read budget").
+"Reading at another budget").
 """
 from __future__ import annotations
 
