@@ -10,6 +10,7 @@ import torch
 from mc.build import build_controller, build_nets
 from mc.config import RunConfig
 from mc.config_checks import validate
+from mc.data.tokenizer import ByteTokenizer
 from mc.eval.baselines import lod0_answer, lod0_tail_loss
 from mc.eval.evaluate import (VARIANTS, Focus, _variant_labels, load_trained_controller, run_evaluation, wc_recall,
                               wc_tail_loss)
@@ -251,6 +252,33 @@ def test_long_range_reads_the_same_nets_at_another_budget():
         lr.budget = bad
         with pytest.raises(ValueError, match=says):
             validate(cfg)
+
+
+def test_long_range_rows_say_each_answer_and_count_copied_decoys(monkeypatch):
+    """Each row keeps what every variant answered (``said``); ``exact`` is that answer against the queried value,
+    and an answer that is another record's value counts as a copied decoy, per row and as a share per cell."""
+    import mc.eval.long_range as long_range  # noqa: PLC0415 - the module whose helpers are replaced below
+
+    cfg = validate(tiny_cfg(n_docs=1))
+    lr = cfg.eval.long_range
+    lr.multiples, lr.depths, lr.n_per_cell, lr.n_needles, lr.tasks = [2], [0.5], 2, 3, ["multi_needle"]
+    lr.variants = ["recency", "compressed", "oracle"]
+    ctrl = build_controller(cfg, device="cpu")
+    for r in run_long_range(ctrl, cfg)["rows"]:
+        assert set(r["said"]) == set(r["exact"]) == set(r["copied_decoy"]) == {"recency", "compressed", "oracle"}
+        for v, said in r["said"].items():
+            assert r["exact"][v] == (said == r["answer"]) and not (r["exact"][v] and r["copied_decoy"][v])
+    docs = []
+    make = long_range.make_long_doc
+    monkeypatch.setattr(long_range, "make_long_doc", lambda *a, **k: docs.append(make(*a, **k)) or docs[-1])
+    # every session variant answers the first distractor's value, as a base that copies a decoy would
+    monkeypatch.setattr(long_range, "_answer", lambda *a: (ByteTokenizer().encode_body(docs[-1].values[1]), 0, 0))
+    lr.variants = ["compressed", "oracle"]
+    sec = run_long_range(ctrl, cfg)
+    assert all(d.values[1] != d.answer for d in docs)
+    assert all(r["copied_decoy"] == {"compressed": True, "oracle": True} and not any(r["exact"].values())
+               and r["said"]["oracle"] == docs[i].values[1] for i, r in enumerate(sec["rows"]))
+    assert {c["copied_decoy"] for c in sec["cells"]} == {1.0}
 
 
 def test_long_range_docs_per_multiple():

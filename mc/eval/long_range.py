@@ -31,7 +31,8 @@ validation split), and with ``data.recall.eval_template`` set each task is also 
 with that never-trained template.
 Accuracy per cell comes with a Wilson 95% interval, and ``needle_at_lod0`` says in how many documents
 the layout held the needle at full detail when the answer began (so a miss splits into "focus did not
-get there" and "the base did not copy it"); the per-document rows are kept, with ``needle_lod``.
+get there" and "the base did not copy it"); the per-document rows are kept, with ``needle_lod``, each variant's
+answer (``said``) and whether it was another record's value (``copied_decoy``, also a share per cell).
 """
 from __future__ import annotations
 
@@ -63,8 +64,9 @@ def needle_lod(wc, span: tuple[int, int]) -> int:
 
 @torch.no_grad()
 def _answer(ctrl: MCController, start: tuple, answer: Tensor, variant: str, n_edits: int,
-            span: tuple[int, int], generator: torch.Generator, query: tuple[int, int]) -> tuple[bool, int, int]:
-    """Greedy answer of one session variant: ``(exact, edits, needle LOD after the refocus)``, from the
+            span: tuple[int, int], generator: torch.Generator, query: tuple[int, int]
+            ) -> tuple[list[int], int, int]:
+    """Greedy answer of one session variant: ``(answer ids, edits, needle LOD after the refocus)``, from the
     controller's session over the prompt restored to ``start`` (its snapshot). ``n_edits`` is LensNet's
     count (random); ``query`` the prompt's query tokens (salience)."""
     s = ctrl.session
@@ -85,7 +87,7 @@ def _answer(ctrl: MCController, start: tuple, answer: Tensor, variant: str, n_ed
         tok = int(ctrl.next_token_logits().argmax())
         out.append(tok)
         ctrl.append(torch.tensor([tok]), refocus=False)
-    return out == answer.tolist(), edits, lod
+    return out, edits, lod
 
 
 def needle_depth(depth: float, jitter: float, seed: int) -> float:
@@ -153,22 +155,28 @@ def run_long_range(ctrl: MCController, cfg: RunConfig, *, progress: bool = False
                             exclude=[rc.eval_template] if rc.eval_template else ())
         row = {"task": name, "template": doc.template, "length": length, "depth": depth, "needle_depth": round(doc_depth, 6),
                "needle_start": doc.queried_span[0], "doc": k, "answer": doc.answer,
-               "exact": {}, "edits": {}, "needle_lod": {}}
+               "exact": {}, "said": {}, "edits": {}, "needle_lod": {}}
+        # a wrong answer that is another record's value: the base copied a decoy (multi-needle), not noise
+        decoys = {v for i, v in enumerate(doc.values) if i != doc.answer_record and v != doc.answer}
         lensnet_edits, start = 0, None
         for variant in variants:
             if variant == "recency":
-                row["exact"][variant] = bool(lod0_answer(ctrl.base, doc.ids, window=budget,
-                                                         value_len=rc.value_len)["exact"])
+                said = lod0_answer(ctrl.base, doc.ids, window=budget, value_len=rc.value_len)["predicted"]
+                row["said"][variant] = tok.decode(said)
+                row["exact"][variant] = said == doc.ids[-rc.value_len:].tolist()
                 continue
             if start is None:  # the prompt is gisted once per document; each variant starts from a copy
                 start = ctrl.begin_session(doc.ids[:-rc.value_len]).snapshot()
             gen = torch.Generator().manual_seed(SEED_OFFSET + k)
-            exact, edits, lod = _answer(ctrl, start, doc.ids[-rc.value_len:], variant, lensnet_edits,
-                                        doc.queried_span, gen, (doc.query_start, doc.ids.numel() - rc.value_len))
+            said, edits, lod = _answer(ctrl, start, doc.ids[-rc.value_len:], variant, lensnet_edits,
+                                       doc.queried_span, gen, (doc.query_start, doc.ids.numel() - rc.value_len))
+            exact = said == doc.ids[-rc.value_len:].tolist()
+            row["said"][variant] = tok.decode(said)
             if variant == "focused":
                 lensnet_edits = edits
                 row["branch"] = ctrl.session.refocus_log[-1].branch  # 0: LensNet's own path (allocator.inference.branches)
             row["exact"][variant], row["edits"][variant], row["needle_lod"][variant] = exact, edits, lod
+        row["copied_decoy"] = {v: row["said"][v].strip() in decoys for v in row["said"]}
         rows.append(row)
         if bar is not None:
             bar.update(1)
@@ -189,6 +197,9 @@ def run_long_range(ctrl: MCController, cfg: RunConfig, *, progress: bool = False
                                   "edits_per_refocus": (sum(edits) / len(edits)) if edits else None,
                                   # share of documents whose needle the layout holds at LOD0 when the answer starts
                                   "needle_at_lod0": (sum(x == 0 for x in lods) / len(lods)) if lods else None,
+                                  # share of documents whose answer was another record's value (a decoy's)
+                                  "copied_decoy": (sum(r["copied_decoy"][variant] for r in sel) / len(sel))
+                                  if sel else None,
                                   # focused only: share of documents whose refocus kept another path than LensNet's zoom
                                   "other_branch": (sum(r["branch"] > 0 for r in sel) / len(sel))
                                   if variant == "focused" and sel else None})
