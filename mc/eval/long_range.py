@@ -158,19 +158,19 @@ def run_long_range(ctrl: MCController, cfg: RunConfig, *, progress: bool = False
                "exact": {}, "said": {}, "edits": {}, "needle_lod": {}}
         # a wrong answer that is another record's value: the base copied a decoy (multi-needle), not noise
         decoys = {v for i, v in enumerate(doc.values) if i != doc.answer_record and v != doc.answer}
+        truth = doc.ids[-rc.value_len:]
         lensnet_edits, start = 0, None
         for variant in variants:
             if variant == "recency":
-                said = lod0_answer(ctrl.base, doc.ids, window=budget, value_len=rc.value_len)["predicted"]
-                row["said"][variant] = tok.decode(said)
-                row["exact"][variant] = said == doc.ids[-rc.value_len:].tolist()
+                read = lod0_answer(ctrl.base, doc.ids, window=budget, value_len=rc.value_len)
+                row["said"][variant], row["exact"][variant] = tok.decode(read["predicted"]), read["exact"]
                 continue
             if start is None:  # the prompt is gisted once per document; each variant starts from a copy
                 start = ctrl.begin_session(doc.ids[:-rc.value_len]).snapshot()
             gen = torch.Generator().manual_seed(SEED_OFFSET + k)
-            said, edits, lod = _answer(ctrl, start, doc.ids[-rc.value_len:], variant, lensnet_edits,
+            said, edits, lod = _answer(ctrl, start, truth, variant, lensnet_edits,
                                        doc.queried_span, gen, (doc.query_start, doc.ids.numel() - rc.value_len))
-            exact = said == doc.ids[-rc.value_len:].tolist()
+            exact = said == truth.tolist()
             row["said"][variant] = tok.decode(said)
             if variant == "focused":
                 lensnet_edits = edits
