@@ -57,13 +57,13 @@ class GistNetConfig:
 class LensNetConfig:
     """LensNet: a non-causal scorer over the materialised working context."""
 
-    d_model: int = 128
+    d_model: int = 128  # width; n_layers bidirectional blocks of n_heads heads
     n_layers: int = 2
     n_heads: int = 4
-    # Add a match term to every entry's logit: <q(h_last), k(h_entry)> / sqrt(d), h_last the final hidden state of
-    # the context's last real entry (what is being read now, e.g. a query's key), so "this gist holds what the
-    # reader asks for" is one dot product instead of something the blocks must build (obsidian LensNet)
-    query_match: bool = False
+    query_match: bool = False  # add <q(h_last), k(h_entry)> / sqrt(d) to each logit, h_last: last real entry's state
+    # token index width (0 = off): a key per history token, a query pooled over the tail, each entry's best token
+    token_index: int = 0  # match added to its logit (mc.nets.token_index; obsidian LensNet, "Token index")
+    index_window: int = 8  # tokens per key window (the record key and its separator fit in it)
 
 
 @dataclass

@@ -80,6 +80,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     _choice("gistnet.pooling", cfg.gistnet.pooling, GIST_POOLINGS)
     if not isinstance(cfg.lensnet.query_match, bool):
         _fail("lensnet.query_match", cfg.lensnet.query_match, "expected true or false")
+    _positive("lensnet.token_index", cfg.lensnet.token_index, 0, " (0 = off)")
+    _positive("lensnet.index_window", cfg.lensnet.index_window, 1, " (tokens per key window)")
     w = cfg.gistnet.content_loss_weight
     _loss_weight("gistnet.content_loss_weight", w)
     if w and m.source == "hf":  # its head is [D, vocab]: with a 32k-150k vocabulary the targets alone are too big

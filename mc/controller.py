@@ -1,15 +1,14 @@
 """MCController: the one place that runs GistNet and LensNet, in training and at inference.
 
-Orchestration only. The tree, working context, allocator, nets, losses, compile boundary and
-telemetry live in their own modules; this class wires them and owns three helpers that are the
-**only** call sites of the (possibly compiled) nets:
+Orchestration only. The tree, working context, allocator, nets, losses, compile boundary and telemetry live in
+their own modules; this class wires them and owns three helpers that are the **only** call sites of the (possibly
+compiled) nets:
 
-* ``_run_gistnet(blocks, context)``: every gist, for tree appends (inference) and batched
-  tree levels (training). Inference calls are padded to ``mc.gist_bucket_ladder``.
-* ``_run_lensnet_batched(...)``: the training path, one call per micro-step over all variants
-  of the micro-batch, at one fixed padded shape.
-* ``_lensnet_allocator_scores(mwc, num_tokens)``: the inference allocator path, one call per
-  allocator iteration, padded to a bucket of ``mc.bucket_ladder``.
+* ``_run_gistnet(blocks, context)``: every gist, for tree appends (inference) and batched tree levels (training).
+  Inference calls are padded to ``mc.gist_bucket_ladder``.
+* ``_run_lensnet_batched(...)``: the training path, one call per micro-step over all variants, one padded shape.
+* ``_lensnet_allocator_scores(mwc, num_tokens)``: the inference allocator path, one call per allocator iteration,
+  padded to a bucket of ``mc.bucket_ladder``.
 
 Each helper clones the net's output exactly once, right there: under CUDA graph trees a raw output lives in
 the graph pool and a later replay overwrites it. Step marks (``torch.compiler.cudagraph_mark_step_begin``) have
@@ -33,6 +32,7 @@ from mc.nets.gpt import GPT
 from mc.nets.lensnet import LensNet
 from mc.nets.losses import base_tail_loss, stage2_objective
 from mc.nets.positional import lod_rotary_cos_sin
+from mc.nets.token_index import match_args, session_match, training_match
 from mc.positions import base_positions
 from mc.refocus import lookahead_fit, run_refocus
 from mc.session import InferenceSession, RefocusRecord
@@ -76,7 +76,7 @@ class MCController:
         return self.marker.active
 
     @property
-    def variants_per_sequence(self) -> int:
+    def variants_per_sequence(self) -> int:  # noqa: D102
         return 1 + self.cfg.mc.n_random_variants
 
     # ------------------------------------------------------------------ the helpers
@@ -90,8 +90,7 @@ class MCController:
         with torch.no_grad():
             for lo in range(0, blocks_nkd.shape[0], ladder[-1]):
                 chunk = blocks_nkd[lo: lo + ladder[-1]]
-                n = chunk.shape[0]
-                size = bucket_for(n, ladder)
+                n, size = chunk.shape[0], bucket_for(chunk.shape[0], ladder)
                 if size > n:  # pad to a bucket: static shapes, one cache entry per bucket
                     chunk = torch.cat([chunk, chunk.new_zeros(size - n, *chunk.shape[1:])])
                 self._mark_inference_step("gistnet inference call")
@@ -100,24 +99,25 @@ class MCController:
         return outs[0] if len(outs) == 1 else torch.cat(outs)
 
     def _run_lensnet_batched(self, embeds: Tensor, mask: Tensor, positions: Tensor, lods: Tensor,
-                             num_tokens: Tensor) -> Tensor:
+                             num_tokens: Tensor, match: Tensor | None = None) -> Tensor:
         """Training: LensNet over all variants of the micro-batch at one padded shape -> ``[R, W]``."""
-        raw = self.compiled_lensnet.run(embeds, mask, positions, lods, num_tokens, context="train")
+        raw = self.compiled_lensnet.run(embeds, mask, positions, lods, num_tokens,
+                                        *match_args(self.lensnet.index, positions, match), context="train")
         return self.compiled_lensnet.clone_outputs(raw, context="train")
 
-    def _lensnet_allocator_scores(self, mwc: MaterializedWC, num_tokens: int) -> Tensor:
-        """Inference: LensNet scores of one materialised working context -> ``[bucket]``."""
+    def _lensnet_allocator_scores(self, mwc: MaterializedWC, num_tokens: int, match: Tensor | None = None) -> Tensor:
+        """Inference: LensNet scores of one materialised working context -> ``[bucket]`` (``match``: the token index's)."""
         n_tok = torch.full((1,), float(num_tokens), device=mwc.embeds.device)  # a tensor: no value guard
+        extra = match_args(self.lensnet.index, mwc.positions[None], None if match is None else match[None])
         self._mark_inference_step("allocator iteration")
         with torch.no_grad():
             raw = self.compiled_lensnet.run(mwc.embeds[None], mwc.mask[None], mwc.positions[None], mwc.lods[None],
-                                    n_tok, context="inference", entries=mwc.length)
+                                    n_tok, *extra, context="inference", entries=mwc.length)
             return self.compiled_lensnet.clone_outputs(raw, context="inference")[0]
 
     def _mark_inference_step(self, reason: str) -> None:
-        """Inference step boundary: the previous call's outputs were cloned, so a new generation is safe.
-        Never mark from inside a backward (re-entrance): that would free the activations the backward
-        still needs; the boundary then records (or rejects) the call itself."""
+        """Inference step boundary: the previous call's outputs were cloned, so a new generation is safe. Never mark
+        inside a backward (re-entrance: it would free activations the backward needs); the boundary handles that call."""
         if reentrance_reason() is None:
             self.marker.mark(reason)
 
@@ -135,9 +135,8 @@ class MCController:
 
     def prepare_step(self, ids_bt: Tensor, generator: torch.Generator, focus_spans: Spans = None, *,
                      decoy_spans: SpanLists = None) -> StepPlan:
-        """Host half of a micro-step (variants, gather tables, LOD maps; CPU, pinned for CUDA; no device
-        work: :mod:`mc.train.prefetch` runs it ahead). ``focus_spans``: per row the queried record's span or None;
-        ``decoy_spans``: per row the other records' spans (``mc.decoy_variants``)."""
+        """Host half of a micro-step (variants, gather tables, LOD maps; CPU, pinned for CUDA; :mod:`mc.train.prefetch`
+        runs it ahead). ``focus_spans`` / ``decoy_spans``: per row the queried record's span / the others' spans."""
         ids_bt = token_batch(ids_bt, self.cfg.model.vocab_size, self.cfg.mc.history_tokens, mix=self.cfg.mc.history_mix)
         return plan_micro_step(ids_bt, self.cfg.mc, self.train_bucket, generator, pin=self.device.type == "cuda",
                                focus_spans=focus_spans, decoy_spans=decoy_spans)
@@ -164,9 +163,8 @@ class MCController:
         with record_function("mc.step.gather"):
             embeds, mask = gather_planned(levels, p.index, p.lengths)  # [R, W, D], [R, W]
         with record_function("mc.step.base"):
-            # [R] and [R, recent - 1, V]: the LM head runs only where a loss reads
             tail, logits = base_tail_loss(self.base_logits, embeds, p.positions, p.lods, mask, p.token_ids, p.lengths,
-                                          mc.recent_tokens)
+                                          mc.recent_tokens)  # [R], [R, recent - 1, V]: the LM head only where read
         with record_function("mc.step.losses"):
             distill = (full_history_distill(self.base_logits, embeds_btd, logits, mc.recent_tokens)
                        if mc.distill_weight else None)  # [R] KL from the base over the raw history (mc.step.teacher)
@@ -174,7 +172,9 @@ class MCController:
         # Detached by default: LensNet's losses train LensNet only; with mc.lens_trains_gist they reach GistNet too.
         lens_in = embeds if mc.lens_trains_gist else embeds.detach()
         with record_function("mc.step.lensnet"):
-            scores = self._run_lensnet_batched(lens_in, mask, p.positions, p.lods, num_tokens)  # [R, W]
+            match = None if self.lensnet.index is None else training_match(  # [R, W] the token index's
+                self.lensnet.index, embeds_btd, p.index, block_size=mc.block_size, max_lod=mc.max_lod, recent_tokens=mc.recent_tokens)
+            scores = self._run_lensnet_batched(lens_in, mask, p.positions, p.lods, num_tokens, match)  # [R, W]
         with record_function("mc.step.losses"):
             total, lm_loss, pref = stage2_objective(self.cfg, p, scores, mask, tail, levels, self.gistnet, distill)
         return TrainStepOutput(total=total, lm_loss=lm_loss, tail_losses=tail.detach().view(b, v),
@@ -190,10 +190,8 @@ class MCController:
         optimizer.zero_grad(set_to_none=not self.cudagraphs_possible)
 
     def aux_parameters(self) -> list[torch.nn.Parameter]:
-        params = list(self.gistnet.parameters()) + list(self.lensnet.parameters())
-        if not self.cfg.mc.freeze_base:
-            params += list(self.base.parameters())
-        return params
+        base = [] if self.cfg.mc.freeze_base else list(self.base.parameters())
+        return list(self.gistnet.parameters()) + list(self.lensnet.parameters()) + base
 
     # ------------------------------------------------------------------ inference
 
@@ -247,8 +245,10 @@ class MCController:
         return record
 
     def _session_scores(self, s: InferenceSession) -> Tensor:
-        mwc = s.materialize()
-        return self._lensnet_allocator_scores(mwc, s.num_tokens)[: mwc.length].cpu()  # [len(wc)]
+        """LensNet's scores ``[len(wc)]`` of the session's working context (with the token index's match, if any)."""
+        mwc, index, mc = s.materialize(), self.lensnet.index, self.cfg.mc
+        match = None if index is None else session_match(index, s, mwc, block_size=mc.block_size, recent_tokens=mc.recent_tokens)
+        return self._lensnet_allocator_scores(mwc, s.num_tokens, match)[: mwc.length].cpu()
 
     def _tail_fit(self) -> float:
         """Log-likelihood (nats) of the newest ``branch_tail_tokens`` tokens + the ``branch_lookahead`` continuation's."""
@@ -294,6 +294,6 @@ class MCController:
     def load_state_dict(self, state: dict) -> None:
         self.gistnet.load_state_dict(state["gistnet"])
         self.lensnet.load_state_dict(state["lensnet"])
-        if "base" in state:
+        if "base" in state:  # an unfrozen base (mc.freeze_base false)
             self.base.load_state_dict(state["base"])
 

@@ -14,6 +14,7 @@ from torch import Tensor
 
 from mc.allocator import Edit, FocusAllocator
 from mc.config import RunConfig
+from mc.nets.token_index import SessionKeys
 from mc.tree import GistFn, LifetimeGistTree
 from mc.working_context import MaterializedWC, WCBuffer, WorkingContext, layout_depth, materialize
 
@@ -48,6 +49,7 @@ class InferenceSession:
         self.wc: WorkingContext | None = None
         self.tokens_since_refocus = 0
         self.refocus_log: list[RefocusRecord] = []
+        self.index_keys = SessionKeys()  # LensNet's token-index keys, made once per token (mc.nets.token_index)
 
     @property
     def num_tokens(self) -> int:

@@ -73,6 +73,7 @@ class MockLensNet(nn.Module):
     def __init__(self, log: list) -> None:
         super().__init__()
         self.scale = nn.Parameter(torch.tensor(0.5))
+        self.index = None  # no token index (mc.nets.token_index): the controller passes no match
         self.log = log
         self.raw_ptrs: list[int] = []
         self.raw_alive: list = []

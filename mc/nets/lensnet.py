@@ -42,6 +42,7 @@ import torch
 from torch import Tensor, nn
 
 from mc.nets.bidirectional import BidirectionalBlock, init_linear
+from mc.nets.token_index import TokenIndex
 from mc.config import LensNetConfig
 
 NUM_FEATURES = 4  # lod, width share, linear distance from the end, log distance from the end
@@ -82,6 +83,10 @@ class LensNet(nn.Module):
             init_linear(self.match_q)
             init_linear(self.match_k)
             self.register_buffer("match_scale", torch.tensor(1.0 / math.sqrt(d)), persistent=False)
+        # The token index (cfg.token_index > 0): run by the controller outside this forward, its match comes in as
+        # ``match`` and is added to the logits with a learned gain (mc.nets.token_index)
+        self.index = TokenIndex(embed_dim, cfg.token_index, cfg.index_window) if cfg.token_index else None
+        self.index_gain = nn.Parameter(torch.tensor(1.0)) if cfg.token_index else None
         # Small but non-zero: scores start near 0 (no edits asked for) while every parameter
         # still gets gradient from the first backward.
         init_linear(self.head)
@@ -130,9 +135,15 @@ class LensNet(nn.Module):
 
     # ------------------------------------------------------------------ forward
 
-    def logits(self, embeds: Tensor, mask: Tensor, positions: Tensor, lods: Tensor, num_tokens: Tensor) -> Tensor:
-        """Pre-tanh logits [B, W]; exactly 0 at padded entries."""
+    def logits(self, embeds: Tensor, mask: Tensor, positions: Tensor, lods: Tensor, num_tokens: Tensor,
+               match: Tensor | None = None) -> Tensor:
+        """Pre-tanh logits [B, W]; exactly 0 at padded entries. ``match [B, W]``: the token index's value per entry
+        (required when the net has an index, refused when it has none)."""
         self._check(embeds, mask, positions, lods, num_tokens)
+        if (match is None) != (self.index is None) or (match is not None and match.shape != mask.shape):
+            raise ValueError(f"LensNet {'with' if self.index is not None else 'without'} a token index got match="
+                             f"{None if match is None else tuple(match.shape)}; it needs "
+                             f"{'a [B, W] tensor like mask' if self.index is not None else 'None'}")
         mask_bw1 = mask.unsqueeze(-1)
         # Zero padded slots first: masked attention weights are 0, but 0 * NaN would still be NaN.
         embeds = torch.where(mask_bw1, embeds, torch.zeros_like(embeds))
@@ -150,8 +161,11 @@ class LensNet(nn.Module):
             h_last_bd = h_bwd.gather(1, last_b.view(-1, 1, 1).expand(-1, 1, h_bwd.shape[2])).squeeze(1)
             q_bd = self.match_q(h_last_bd)
             logits_bw = logits_bw + torch.einsum("bd,bwd->bw", q_bd, self.match_k(h_bwd)) * self.match_scale
+        if match is not None:
+            logits_bw = logits_bw + self.index_gain * match.to(logits_bw.dtype)
         return torch.where(mask, logits_bw, torch.zeros_like(logits_bw))
 
-    def forward(self, embeds: Tensor, mask: Tensor, positions: Tensor, lods: Tensor, num_tokens: Tensor) -> Tensor:
+    def forward(self, embeds: Tensor, mask: Tensor, positions: Tensor, lods: Tensor, num_tokens: Tensor,
+                match: Tensor | None = None) -> Tensor:
         """Scores [B, W] = tanh(logits) in (-1, 1); exactly 0 at padded entries."""
-        return torch.tanh(self.logits(embeds, mask, positions, lods, num_tokens))
+        return torch.tanh(self.logits(embeds, mask, positions, lods, num_tokens, match))

@@ -1,0 +1,150 @@
+"""LensNet's token index: a learned match of every history token against what the reader asks for now.
+
+Owns :class:`TokenIndex` (per-token keys and a pooled query), the span maximum that turns token matches into one
+value per tree node (:func:`span_max_levels`), and the two places that value is built: a training micro-step
+(:func:`training_match`, every variant of the batch in one gather) and an inference session
+(:func:`session_match`, keys cached across refocuses by :class:`SessionKeys`).
+
+Why: LensNet reads gists, and a 512-token gist keeps a record's key only weakly (a linear probe read its first
+letter at 22%, chance 4%), so on a haystack of real text its own zoom opened the queried one of four records about
+as often as a random pick would. The history's tokens are stored anyway. The index reads them the way sparse
+attention's indexers do: a key per token from a short window of token embeddings (a causal convolution: "AB="
+is a different window from "AB" in a sentence), one query pooled over the recent tail by learned attention (the
+tail holds the question, e.g. ``AB=``; in training the answer's digits follow it, at inference not yet, and the
+pool learns to pick the window that names the key), and a node's match is the maximum of ``<q, k_t> / sqrt(d)``
+over the tokens under it. The match is added to LensNet's logit with a learned gain, inside the compiled call
+(``match`` input), and is trained by LensNet's own losses. Obsidian LensNet, "Token index".
+
+Cost: keys are ``O(tokens * window * D * d)`` once per token (a session caches them; a rollback is caught by
+comparing token ids), the query and the match ``O(tokens * d)`` per scoring.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from mc.nets.bidirectional import init_linear
+
+
+class TokenIndex(nn.Module):
+    """Token embeddings ``[B, T, D]`` -> per-token keys ``[B, T, d]``; tail features -> one query ``[B, d]``."""
+
+    def __init__(self, embed_dim: int, dim: int, window: int) -> None:
+        super().__init__()
+        if dim <= 0 or window < 1:
+            raise ValueError(f"TokenIndex needs dim > 0 and window >= 1, got {dim}, {window}")
+        self.window, self.dim = window, dim
+        self.norm = nn.RMSNorm(embed_dim)
+        self.conv = nn.Conv1d(embed_dim, dim, window)  # a window of embeddings ending at each token
+        self.key = nn.Linear(dim, dim)
+        self.query = nn.Linear(dim, dim)
+        self.pool = nn.Linear(dim, 1)
+        for layer in (self.key, self.query, self.pool):
+            init_linear(layer)
+        self.scale = 1.0 / math.sqrt(dim)
+
+    def features(self, embeds_btd: Tensor, *, left: Tensor | None = None) -> Tensor:
+        """``[B, T, d]``: the window ending at each token. ``left [B, window - 1, D]`` is what precedes the first
+        token (zeros when None: the start of the history)."""
+        b, _, d = embeds_btd.shape
+        if left is None:
+            left = embeds_btd.new_zeros(b, self.window - 1, d)
+        x = self.norm(torch.cat([left, embeds_btd], dim=1)).transpose(1, 2)  # [B, D, window - 1 + T]
+        return F.gelu(self.conv(x)).transpose(1, 2)
+
+    def keys(self, feats_btd: Tensor) -> Tensor:
+        return self.key(feats_btd)
+
+    def pooled_query(self, tail_feats_brd: Tensor) -> Tensor:
+        """``[B, d]``: the tail's windows pooled by learned attention, then projected."""
+        weights = torch.softmax(self.pool(tail_feats_brd).squeeze(-1), dim=-1)  # [B, R]
+        return self.query(torch.einsum("br,brd->bd", weights, tail_feats_brd))
+
+    def match(self, keys_btd: Tensor, query_bd: Tensor) -> Tensor:
+        """``[B, T]``: each token's key against the query."""
+        return torch.einsum("btd,bd->bt", keys_btd, query_bd) * self.scale
+
+
+def match_args(index: TokenIndex | None, positions: Tensor, match: Tensor | None) -> tuple:
+    """LensNet's extra call argument: none without an index (the call, and its compiled graph, as before the index
+    existed); with one, ``match`` or zeros shaped like ``positions`` (warm-up, the harness and benches call without
+    a history; the same input keeps the same graph)."""
+    if index is None:
+        return ()
+    return (torch.zeros_like(positions) if match is None else match,)
+
+
+def span_max_levels(match_bt: Tensor, block_size: int, levels: int) -> list[Tensor]:
+    """Level 0 is ``match_bt``; level L ``[B, T // K**L]`` the maximum over each node's K children (complete
+    nodes only, as the tree builds them)."""
+    out = [match_bt]
+    for _ in range(levels):
+        prev = out[-1]
+        n = prev.shape[1] // block_size
+        out.append(prev[:, : n * block_size].reshape(prev.shape[0], n, block_size).amax(dim=-1))
+    return out
+
+
+def training_match(index: TokenIndex, embeds_btd: Tensor, plan_index_rw: Tensor, *, block_size: int, max_lod: int,
+                   recent_tokens: int) -> Tensor:
+    """``[R, W]`` match of every entry of a micro-step's variants. ``plan_index_rw`` is the step plan's row of the
+    flat level table (:mod:`mc.gather`: level 0's ``B*T`` rows, then level 1's, ..., then one padding row)."""
+    feats = index.features(embeds_btd)  # [B, T, d]
+    query = index.pooled_query(feats[:, -recent_tokens:])
+    levels = span_max_levels(index.match(index.keys(feats), query), block_size, max_lod)
+    flat = torch.cat([lv.reshape(-1) for lv in levels] + [levels[0].new_zeros(1)])
+    return flat[plan_index_rw]
+
+
+class SessionKeys:
+    """A session's token keys, computed once per token. The token ids they were made from are kept, so after a
+    rollback to an earlier state (a snapshot's restore, a failed append) the keys past the first changed token
+    are made again instead of trusted."""
+
+    def __init__(self) -> None:
+        self.ids = torch.zeros(0, dtype=torch.long)
+        self.keys: Tensor | None = None  # [n, d]
+
+    @torch.no_grad()
+    def update(self, index: TokenIndex, ids: Tensor, embeds_nd: Tensor) -> Tensor:
+        """Keys ``[N, d]`` of the history ``ids [N]`` with token embeddings ``embeds_nd [N, D]``."""
+        n, have = ids.shape[0], min(self.ids.shape[0], ids.shape[0])
+        same = self.ids[:have].to(ids.device) == ids[:have]
+        keep = have if bool(same.all()) else int((~same).to(torch.int8).argmax())
+        if self.keys is None or keep < n:
+            w = index.window - 1
+            lo = max(0, keep - w)
+            left = embeds_nd[lo:keep]
+            left = torch.cat([left.new_zeros(w - left.shape[0], left.shape[1]), left])
+            new = index.keys(index.features(embeds_nd[None, keep:], left=left[None]))[0]
+            old = new[:0] if self.keys is None else self.keys[:keep]
+            self.keys = torch.cat([old, new])
+            self.ids = ids.clone()
+        return self.keys[:n]
+
+
+@torch.no_grad()
+def session_match(index: TokenIndex, session, mwc, *, block_size: int, recent_tokens: int) -> Tensor:
+    """``[bucket]`` match of ``mwc``'s entries (a materialised working context of ``session``, an
+    :class:`mc.session.InferenceSession`), 0 on padding."""
+    ids, embeds_nd, lods_w, positions_w, mask_w = (session.history(), session.tree.level(0), mwc.lods, mwc.positions,
+                                                   mwc.mask)
+    keys = session.index_keys.update(index, ids, embeds_nd)  # [N, d]
+    r = min(recent_tokens, ids.shape[0])
+    left = embeds_nd[max(0, ids.shape[0] - r - index.window + 1): ids.shape[0] - r]
+    left = torch.cat([left.new_zeros(index.window - 1 - left.shape[0], left.shape[1]), left])
+    tail = index.features(embeds_nd[None, -r:], left=left[None])
+    query = index.pooled_query(tail)[0]
+    max_lod = int(lods_w.max()) if mask_w.any() else 0
+    levels = span_max_levels((keys @ query * index.scale)[None], block_size, max_lod)
+    sizes = torch.tensor([lv.shape[1] for lv in levels], device=keys.device)
+    offsets = torch.cumsum(sizes, 0) - sizes
+    flat = torch.cat([lv[0] for lv in levels])
+    lods = lods_w.clamp(0, max_lod)
+    width = torch.pow(torch.full_like(lods, block_size), lods)
+    node = torch.round((positions_w - (width - 1).to(positions_w.dtype) / 2) / width.to(positions_w.dtype)).long()
+    at = (offsets[lods] + node).clamp(0, flat.shape[0] - 1)
+    return torch.where(mask_w, flat[at], torch.zeros_like(flat[at]))
