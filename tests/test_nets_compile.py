@@ -54,7 +54,13 @@ def make_inputs(seed):
     positions = (starts + (widths - 1) / 2) * mask
     lods = lods * mask
     num_tokens = widths.sum(dim=1)
-    return tuple(t.to(device) for t in (embeds, mask, positions, lods, num_tokens))
+    out = [embeds, mask, positions, lods, num_tokens]
+    if spec.get("token_index"):  # the token index's match, an input that carries gradient in training
+        out.append(torch.randn(B, W, generator=g) * mask)
+    out = [t.to(device) for t in out]
+    if spec.get("token_index") and net.training and torch.is_grad_enabled():
+        out[-1].requires_grad_(True)
+    return tuple(out)
 
 
 if net_name == "gist":
@@ -62,8 +68,8 @@ if net_name == "gist":
     with torch.no_grad():  # make the learned path matter (it is exactly zero at init)
         net.out_proj.weight.normal_(0.0, 0.1)
 else:
-    net = LensNet(LensNetConfig(d_model=32, n_layers=2, n_heads=4, query_match=bool(spec.get("query_match"))),
-                  D, K, MAX_LOD)
+    net = LensNet(LensNetConfig(d_model=32, n_layers=2, n_heads=4, query_match=bool(spec.get("query_match")),
+                                token_index=int(spec.get("token_index", 0))), D, K, MAX_LOD)
 net = net.to(device)
 compiled = torch.compile(net, fullgraph=True, dynamic=False, mode=mode)
 
@@ -101,7 +107,8 @@ result["frames_after_inference"] = frames()
 
 # ---- training: train mode, forward + backward ----------------------------------------------
 net.train()
-params = [p for p in net.parameters() if p.requires_grad]
+# the token index runs outside the net's forward (its match is an input): its parameters get no gradient here
+params = [p for n, p in net.named_parameters() if p.requires_grad and not n.startswith("index.")]
 for i in range(iters):
     args = make_inputs(200 + i)
     out_shape = (N, D) if net_name == "gist" else (B, W)
@@ -156,6 +163,7 @@ SPECS = {
     "gist_mean_mlp": {"net": "gist", "pooling": "mean_mlp"},
     "lens": {"net": "lens"},
     "lens_query_match": {"net": "lens", "query_match": True},
+    "lens_token_index": {"net": "lens", "token_index": 8},
 }
 
 
