@@ -27,8 +27,8 @@ def test_presets_resolve(preset):
 def test_long_corpus_is_long_with_harder_documents():
     """long_corpus changes what its documents look like (stage-2 records anywhere included), how a branched
     refocus picks its layout (the lookahead fit, no margin), when an inference session adds a level (focus_room) and
-    the sweep's read budget and lengths (obsidian Presets): the nets, geometry, training and the rest of the
-    allocator and the sweep are the long preset's, so the two presets' trained nets differ by the documents alone."""
+    the sweep's read budget and lengths, and adds LensNet's token index (obsidian Presets): the rest of the nets, the
+    geometry, training and the rest of the allocator and the sweep are the long preset's."""
     long, hard = to_dict(load_config(["preset=long"])), to_dict(load_config(["preset=long_corpus"]))
     changed = {"haystack": "corpus", "eval_template": "{k} is {v}", "key_lens": [2, 3], "near_decoys": True,
                "stage1_min_tokens": 48, "stage2_records_region": 0.97,
@@ -38,6 +38,7 @@ def test_long_corpus_is_long_with_harder_documents():
     assert {k: hard["allocator"]["inference"][k] for k in picked} == picked
     read = {"budget": 112, "multiples": [4, 16, 32, 64, 128, 256]}
     assert {k: hard["eval"]["long_range"][k] for k in read} == read and hard["mc"]["focus_room"] == 32
+    assert hard["lensnet"]["token_index"] == 32 and long["lensnet"]["token_index"] == 0
     for d in (long, hard):
         for k in changed:
             d["data"]["recall"].pop(k)
@@ -45,7 +46,7 @@ def test_long_corpus_is_long_with_harder_documents():
             d["allocator"]["inference"].pop(k)
         for k in read:
             d["eval"]["long_range"].pop(k)
-        d["mc"].pop("focus_room")
+        d["mc"].pop("focus_room"), d["lensnet"].pop("token_index")
         d.pop("preset"), d.pop("name", None)
     assert long == hard
 
