@@ -111,3 +111,27 @@ def test_lensnet_refuses_a_match_it_cannot_use():
 def test_bad_index_settings_stop_at_start_up(key, value):
     with pytest.raises(ConfigError, match=key):
         load_config([*TINY, f"{key}={value}"])
+
+
+def test_the_index_reads_through_a_real_model_adapter(tmp_path):
+    """model=hf (a tiny random Llama through the adapter, as SmolLM2 is read): a stage-2 step trains the index, and
+    greedy decoding with refocuses (whose lookahead appends and reverts tokens: the key cache must follow) gives the
+    same tokens with and without the KV cache."""
+    pytest.importorskip("transformers", reason="model=hf needs the hf extra (scripts/setup_env.sh installs it)")
+    from _hf_models import tiny_hf_dir  # noqa: PLC0415 - needs transformers
+
+    d = tiny_hf_dir(tmp_path, "llama", 0.25)
+    torch.manual_seed(0)
+    ctrl = build_controller(load_config(["preset=smoke", "model=hf", f"model.hf_path={d}", "train.device=cpu",
+                                         "lensnet.token_index=8", "allocator.inference.branches=2",
+                                         "allocator.inference.branch_lookahead=2"]), device=torch.device("cpu"))
+    ids = torch.randint(3, ctrl.cfg.model.vocab_size, (1, ctrl.cfg.mc.history_tokens))
+    ctrl.train_step(ids, torch.Generator().manual_seed(0)).total.backward()
+    assert ctrl.lensnet.index.conv.weight.grad.abs().sum() > 0
+    prompt = torch.randint(3, ctrl.cfg.model.vocab_size, (300,), generator=torch.Generator().manual_seed(1))
+    outs = []
+    for use_cache in (True, False):
+        ctrl.begin_session(prompt)
+        outs.append(ctrl.generate(40, use_cache=use_cache))
+        assert len(ctrl.session.refocus_log) >= 1
+    assert torch.equal(outs[0], outs[1])
