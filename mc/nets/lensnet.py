@@ -10,6 +10,8 @@ Inputs (all tensors; the shapes are the static bucket shapes):
   positions  [B, W]     float, span centre of each entry (start + (width - 1) / 2)
   lods       [B, W]     integer LOD of each entry
   num_tokens [B]        float, history length (tokens) the context covers
+  match      [B, W]     float, only with ``cfg.token_index``: each entry's token-index match (mc.nets.token_index),
+                        added to its logit with a learned gain
 
 Per-entry features, computed inside from those tensors (no Python arithmetic on tensor values):
   lod / max_lod                                   (0 for tokens, 1 for the coarsest gists)
