@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mc.nets.bidirectional import init_linear
+from mc.nets.losses import entry_spans
 
 
 class TokenIndex(nn.Module):
@@ -100,51 +101,45 @@ def training_match(index: TokenIndex, embeds_btd: Tensor, plan_index_rw: Tensor,
 
 
 class SessionKeys:
-    """A session's token keys, computed once per token. The token ids they were made from are kept, so after a
-    rollback to an earlier state (a snapshot's restore, a failed append) the keys past the first changed token
-    are made again instead of trusted."""
+    """A session's token windows and keys, computed once per token. The token ids they were made from are kept, so
+    after a rollback to an earlier state (a snapshot's restore, a lookahead's revert, a failed append) the ones past
+    the first changed token are made again instead of trusted."""
 
     def __init__(self) -> None:
         self.ids = torch.zeros(0, dtype=torch.long)
+        self.feats: Tensor | None = None  # [n, d] the window ending at each token (the query pools the tail's)
         self.keys: Tensor | None = None  # [n, d]
 
     @torch.no_grad()
-    def update(self, index: TokenIndex, ids: Tensor, embeds_nd: Tensor) -> Tensor:
-        """Keys ``[N, d]`` of the history ``ids [N]`` with token embeddings ``embeds_nd [N, D]``."""
+    def update(self, index: TokenIndex, ids: Tensor, embeds_nd: Tensor) -> tuple[Tensor, Tensor]:
+        """Windows and keys ``[N, d]`` of the history ``ids [N]`` with token embeddings ``embeds_nd [N, D]``."""
         n, have = ids.shape[0], min(self.ids.shape[0], ids.shape[0])
         same = self.ids[:have].to(ids.device) == ids[:have]
         keep = have if bool(same.all()) else int((~same).to(torch.int8).argmax())
-        if self.keys is None or keep < n:
+        if self.feats is None or keep < n:
             w = index.window - 1
-            lo = max(0, keep - w)
-            left = embeds_nd[lo:keep]
+            left = embeds_nd[max(0, keep - w):keep]  # what precedes the first new token, zeros before the history
             left = torch.cat([left.new_zeros(w - left.shape[0], left.shape[1]), left])
-            new = index.keys(index.features(embeds_nd[None, keep:], left=left[None]))[0]
-            old = new[:0] if self.keys is None else self.keys[:keep]
-            self.keys = torch.cat([old, new])
+            feats = index.features(embeds_nd[None, keep:], left=left[None])[0]
+            keys = index.keys(feats)
+            self.feats = feats if self.feats is None else torch.cat([self.feats[:keep], feats])
+            self.keys = keys if self.keys is None else torch.cat([self.keys[:keep], keys])
             self.ids = ids.clone()
-        return self.keys[:n]
+        return self.feats[:n], self.keys[:n]
 
 
 @torch.no_grad()
 def session_match(index: TokenIndex, session, mwc, *, block_size: int, recent_tokens: int) -> Tensor:
     """``[bucket]`` match of ``mwc``'s entries (a materialised working context of ``session``, an
     :class:`mc.session.InferenceSession`), 0 on padding."""
-    ids, embeds_nd, lods_w, positions_w, mask_w = (session.history(), session.tree.level(0), mwc.lods, mwc.positions,
-                                                   mwc.mask)
-    keys = session.index_keys.update(index, ids, embeds_nd)  # [N, d]
-    r = min(recent_tokens, ids.shape[0])
-    left = embeds_nd[max(0, ids.shape[0] - r - index.window + 1): ids.shape[0] - r]
-    left = torch.cat([left.new_zeros(index.window - 1 - left.shape[0], left.shape[1]), left])
-    tail = index.features(embeds_nd[None, -r:], left=left[None])
-    query = index.pooled_query(tail)[0]
-    max_lod = int(lods_w.max()) if mask_w.any() else 0
-    levels = span_max_levels((keys @ query * index.scale)[None], block_size, max_lod)
+    feats, keys = session.index_keys.update(index, session.history(), session.tree.level(0))  # [N, d] each
+    query = index.pooled_query(feats[None, -recent_tokens:])[0]
+    max_lod = session.wc.max_lod  # host state: no read of mwc.lods
+    levels = span_max_levels(index.match(keys[None], query[None]), block_size, max_lod)
     sizes = torch.tensor([lv.shape[1] for lv in levels], device=keys.device)
-    offsets = torch.cumsum(sizes, 0) - sizes
+    offsets = torch.cumsum(sizes, 0) - sizes  # [L + 1] first row of each level in the flat table
     flat = torch.cat([lv[0] for lv in levels])
-    lods = lods_w.clamp(0, max_lod)
-    width = torch.pow(torch.full_like(lods, block_size), lods)
-    node = torch.round((positions_w - (width - 1).to(positions_w.dtype) / 2) / width.to(positions_w.dtype)).long()
-    at = (offsets[lods] + node).clamp(0, flat.shape[0] - 1)
-    return torch.where(mask_w, flat[at], torch.zeros_like(flat[at]))
+    lods = mwc.lods.clamp(0, max_lod)
+    start, width = entry_spans(mwc.positions, lods, block_size)
+    at = (offsets[lods] + start // width).clamp(0, flat.shape[0] - 1)  # padding (lod 0, position 0) reads row 0
+    return torch.where(mwc.mask, flat[at], torch.zeros_like(flat[at]))
