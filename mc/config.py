@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from mc.config_choices import (  # noqa: F401 (re-exported: the checks and the modules read them from here)
     ALLOCATOR_POLICIES, BASE_SOURCES, BENCH_CASES, COMPILE_MODES, DATA_SOURCES, DEVICES, FREEZE_MODES, GIST_POOLINGS,
-    HAYSTACKS, HF_DTYPES, LONG_RANGE_VARIANTS, LONG_TASKS, POSITION_MODES, TASK_SUITE_TASKS, TASK_SUITE_VARIANTS)
+    HAYSTACKS, HF_DTYPES, INDEX_QUERIES, LONG_RANGE_VARIANTS, LONG_TASKS, POSITION_MODES, TASK_SUITE_TASKS, TASK_SUITE_VARIANTS)
 
 # Byte-level vocabulary: ids 0..255 are bytes, then three specials.
 BOS_ID, EOS_ID, PAD_ID = 256, 257, 258
@@ -61,9 +61,9 @@ class LensNetConfig:
     n_layers: int = 2
     n_heads: int = 4
     query_match: bool = False  # add <q(h_last), k(h_entry)> / sqrt(d) to each logit, h_last: last real entry's state
-    # token index width (0 = off): a key per history token, a query pooled over the tail, each entry's best token
-    token_index: int = 0  # match added to its logit (mc.nets.token_index; obsidian LensNet, "Token index")
+    token_index: int = 0  # key width of the token index, 0 = off (mc.nets.token_index; obsidian LensNet, "Token index")
     index_window: int = 8  # tokens per key window (the record key and its separator fit in it)
+    index_query: str = "pooled"  # INDEX_QUERIES: "pooled" (own projection) or "twin" (keys', newest window first)
 
 
 @dataclass
@@ -91,6 +91,7 @@ class MCConfig:
     # first). guided_variants + decoy_variants <= n_random_variants. 0 = off (obsidian Variant Sampler, "Decoys")
     decoy_variants: int = 0
     focus_loss_weight: float = 0.0  # recall sequences: weight of the loss ranking the record's gist first (0 = off)
+    index_loss_weight: float = 0.0  # recall sequences: the token index's match put on the queried record (0 = off)
     lens_loss_weight: float = 1.0  # weight of the LensNet preference loss in the stage-2 total
     # KL from the base over the whole raw history to each variant on the shared tail (0 = off; needs history_tokens
     # <= model.max_seq_len): a dense target for GistNet, one no-grad forward per sequence (obsidian Training)
@@ -207,9 +208,8 @@ class RecallConfig:
     key_len: int = 4
     value_len: int = 4
     records_region: float = 0.25  # records sit in the first this-fraction of the document
-    # Stage 1 only: > 0 makes each recall row a document of a random length in [this, max_seq_len] followed by
-    # filler (the copy at any absolute position); 0 = full-length rows. Stage 2 and evaluation: full length.
-    stage1_min_tokens: int = 0
+    # Stage 1 only: > 0 makes each recall row a document of a random length in [this, max_seq_len], then filler
+    stage1_min_tokens: int = 0  # (the copy at any absolute position); 0 = full-length rows, as in stage 2 and eval
     stage2_records_region: float = 0.0  # stage 2 only: > 0 replaces records_region (records anywhere in a history)
     stage2_n_records: int = 0  # stage 2 only: > 0 replaces n_records (one queried among several: match the key)
     # Stage 1 only: weight of an extra loss on the recall rows' query tokens (key, separator, answer), added to the

@@ -11,7 +11,7 @@ from typing import Any
 from mc.config import (ALLOCATOR_POLICIES, BASE_SOURCES, BENCH_CASES, HF_DTYPES, COMPILE_MODES, DATA_SOURCES, DEVICES, FREEZE_MODES,
                        GIST_POOLINGS, HAYSTACKS, LONG_RANGE_VARIANTS, LONG_TASKS, POSITION_MODES, TASK_SUITE_TASKS,
                        TASK_SUITE_VARIANTS, ConfigError, RunConfig)
-from mc.config_choices import RECALL_FORMS
+from mc.config_choices import INDEX_QUERIES, RECALL_FORMS
 
 def _fail(key: str, value: Any, allowed: str) -> None:
     raise ConfigError(f"config {key}={value!r} is invalid: {allowed}")
@@ -82,6 +82,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         _fail("lensnet.query_match", cfg.lensnet.query_match, "expected true or false")
     _positive("lensnet.token_index", cfg.lensnet.token_index, 0, " (0 = off)")
     _positive("lensnet.index_window", cfg.lensnet.index_window, 1, " (tokens per key window)")
+    _choice("lensnet.index_query", cfg.lensnet.index_query, INDEX_QUERIES)
     w = cfg.gistnet.content_loss_weight
     _loss_weight("gistnet.content_loss_weight", w)
     if w and m.source == "hf":  # its head is [D, vocab]: with a 32k-150k vocabulary the targets alone are too big
@@ -101,6 +102,9 @@ def validate(cfg: RunConfig) -> RunConfig:
     if not isinstance(mc.lens_trains_gist, bool):
         _fail("mc.lens_trains_gist", mc.lens_trains_gist, "expected true or false")
     _loss_weight("mc.focus_loss_weight", mc.focus_loss_weight)
+    _loss_weight("mc.index_loss_weight", mc.index_loss_weight)
+    if mc.index_loss_weight and not cfg.lensnet.token_index:
+        _fail("mc.index_loss_weight", mc.index_loss_weight, "trains the token index: set lensnet.token_index > 0, or keep 0")
     _loss_weight("mc.distill_weight", mc.distill_weight)
     if mc.distill_weight and mc.history_tokens > m.max_seq_len:
         _fail("mc.distill_weight", mc.distill_weight, f"the teacher reads the whole history in one window: needs "

@@ -16,6 +16,7 @@ TASK_SUITE_TASKS = ("passkey", "multikey", "multivalue", "vartrack")  # mc.data.
 TASK_SUITE_VARIANTS = ("full", "recency", "compressed", "focused", "random", "salience", "oracle")
 DEVICES = ("auto", "cpu", "cuda")
 GIST_POOLINGS = ("mean_mlp", "query")
+INDEX_QUERIES = ("pooled", "twin")  # lensnet.index_query (mc.nets.token_index)
 BENCH_CASES = ("lensnet", "train", "tree", "session", "decode", "refocus")
 BASE_SOURCES = ("gpt", "hf")  # model.source: the built-in GPT or a Hugging Face causal LM (mc/nets/hf_base.py)
 HF_DTYPES = ("float32", "bfloat16", "float16")  # model.hf_dtype

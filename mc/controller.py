@@ -38,7 +38,7 @@ from mc.refocus import lookahead_fit, run_refocus
 from mc.session import InferenceSession, RefocusRecord
 from mc.tree import gist_levels
 from mc.gather import gather_planned
-from mc.step_plan import SpanLists, Spans, StepPlan, TrainStepOutput, plan_micro_step
+from mc.step_plan import Ends, SpanLists, Spans, StepPlan, TrainStepOutput, plan_micro_step
 from mc.working_context import MaterializedWC, WCBuffer, bucket_for
 
 
@@ -134,18 +134,18 @@ class MCController:
     # ------------------------------------------------------------------ training
 
     def prepare_step(self, ids_bt: Tensor, generator: torch.Generator, focus_spans: Spans = None, *,
-                     decoy_spans: SpanLists = None) -> StepPlan:
+                     decoy_spans: SpanLists = None, query_ends: Ends = None) -> StepPlan:
         """Host half of a micro-step (variants, gather tables, LOD maps; CPU, pinned for CUDA; :mod:`mc.train.prefetch`
-        runs it ahead). ``focus_spans`` / ``decoy_spans``: per row the queried record's span / the others' spans."""
+        runs it ahead). Per row: the queried record's span, the others', where the answer starts (``plan_micro_step``)."""
         ids_bt = token_batch(ids_bt, self.cfg.model.vocab_size, self.cfg.mc.history_tokens, mix=self.cfg.mc.history_mix)
         return plan_micro_step(ids_bt, self.cfg.mc, self.train_bucket, generator, pin=self.device.type == "cuda",
-                               focus_spans=focus_spans, decoy_spans=decoy_spans)
+                               focus_spans=focus_spans, decoy_spans=decoy_spans, query_ends=query_ends)
 
     def train_step(self, ids_bt: Tensor, generator: torch.Generator, focus_spans: Spans = None, *,
-                   decoy_spans: SpanLists = None) -> TrainStepOutput:
+                   decoy_spans: SpanLists = None, query_ends: Ends = None) -> TrainStepOutput:
         """One stage-2 micro-step forward, ``run_step(prepare_step(ids_bt, generator, focus_spans))``: variants ->
         base losses -> LensNet losses. The caller runs ``out.total.backward()``, then :meth:`end_micro_step`."""
-        return self.run_step(self.prepare_step(ids_bt, generator, focus_spans, decoy_spans=decoy_spans))
+        return self.run_step(self.prepare_step(ids_bt, generator, focus_spans, decoy_spans=decoy_spans, query_ends=query_ends))
 
     def run_step(self, plan: StepPlan) -> TrainStepOutput:
         """Device half of a micro-step: no host-device sync; phases carry ``mc.step.*`` profiler labels (obsidian Training)."""
@@ -172,11 +172,11 @@ class MCController:
         # Detached by default: LensNet's losses train LensNet only; with mc.lens_trains_gist they reach GistNet too.
         lens_in = embeds if mc.lens_trains_gist else embeds.detach()
         with record_function("mc.step.lensnet"):
-            match = None if self.lensnet.index is None else training_match(  # [R, W] the token index's
-                self.lensnet.index, embeds_btd, p.index, block_size=mc.block_size, max_lod=mc.max_lod, recent_tokens=mc.recent_tokens)
+            match, token_match = (None, None) if self.lensnet.index is None else training_match(  # [R, W], [B, T]
+                self.lensnet.index, embeds_btd, p.index, p.query_end, mc)
             scores = self._run_lensnet_batched(lens_in, mask, p.positions, p.lods, num_tokens, match)  # [R, W]
         with record_function("mc.step.losses"):
-            total, lm_loss, pref = stage2_objective(self.cfg, p, scores, mask, tail, levels, self.gistnet, distill)
+            total, lm_loss, pref = stage2_objective(self.cfg, p, scores, mask, tail, levels, self.gistnet, distill, token_match)
         return TrainStepOutput(total=total, lm_loss=lm_loss, tail_losses=tail.detach().view(b, v),
                                preference=pref, scores=scores)
 

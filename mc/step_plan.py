@@ -25,6 +25,7 @@ from mc.variants import sample_variants, variant_kinds
 
 Spans = Sequence[tuple[int, int] | None] | None  # per training row: the queried record's token span, or None
 SpanLists = Sequence[Sequence[tuple[int, int]]] | None  # per training row: the other records' token spans (decoys)
+Ends = Sequence[int | None] | None  # per training row: where a refocus would have read up to (None: the row's end)
 
 
 @dataclass
@@ -40,6 +41,7 @@ class StepPlan:
     lod_map: Tensor  # [B, V, T] long: LOD of the entry covering each token
     focus_span: Tensor  # [B, 2] long: the queried record's token span, -1 -1 on corpus rows (focus loss)
     decoy: Tensor  # [B, V] bool: decoy layouts (mc.decoy_variants), which only the focus loss reads
+    query_end: Tensor  # [B] long: the token index's query reads the tail up to here (T: all of it; mc.nets.token_index)
     batch: int  # B
     variants: int  # V (variant 0 = the recency baseline)
 
@@ -56,14 +58,16 @@ class StepPlan:
 
 
 def plan_micro_step(ids_bt: Tensor, mc: MCConfig, bucket: int, generator: torch.Generator, *,
-                    pin: bool = False, focus_spans: Spans = None, decoy_spans: SpanLists = None) -> StepPlan:
+                    pin: bool = False, focus_spans: Spans = None, decoy_spans: SpanLists = None,
+                    query_ends: Ends = None) -> StepPlan:
     """Sample ``1 + mc.n_random_variants`` working contexts per sequence of ``ids_bt [B, T]`` (CPU)
     and build their tables. Draws from ``generator`` exactly as the variant sampler does, in
     sequence order, so a plan made ahead of time equals one made on the spot. ``pin``: page-lock
     the result (for a CUDA device). ``focus_spans``: per sequence, the queried record's token span
     (None on corpus rows), for ``mc.guided_variants``; ``decoy_spans``: per sequence, the spans of the
     records that are not queried (empty on corpus rows), for ``mc.decoy_variants``
-    (:func:`mc.variants.sample_variants`)."""
+    (:func:`mc.variants.sample_variants`); ``query_ends``: per sequence, the first token a refocus would not have
+    read yet (a recall row's answer; None = the end), where the token index's training query stops."""
     ids_bt = torch.as_tensor(ids_bt)
     if ids_bt.dim() != 2:
         raise ValueError(f"train_step: ids must be [B, T], got shape {tuple(ids_bt.shape)}")
@@ -74,6 +78,10 @@ def plan_micro_step(ids_bt: Tensor, mc: MCConfig, bucket: int, generator: torch.
         raise ValueError(f"train_step: {len(focus_spans)} focus spans for {b} sequences")
     if decoy_spans is not None and len(decoy_spans) != b:
         raise ValueError(f"train_step: {len(decoy_spans)} decoy span lists for {b} sequences")
+    ends = [t if e is None else int(e) for e in (query_ends or [None] * b)]
+    if len(ends) != b or not all(mc.recent_tokens <= e <= t for e in ends):
+        raise ValueError(f"train_step: query_ends must give one end per sequence ({b}), each in "
+                         f"[mc.recent_tokens={mc.recent_tokens}, {t}] or None, got {list(query_ends)}")
     wcs, kinds = [], []
     for r in range(b):
         focus, decoys = None if focus_spans is None else focus_spans[r], () if decoy_spans is None else decoy_spans[r]
@@ -89,7 +97,8 @@ def plan_micro_step(ids_bt: Tensor, mc: MCConfig, bucket: int, generator: torch.
                     lod_map=tab["lod_map"].view(b, v, t), batch=b, variants=v,
                     focus_span=torch.tensor([list(sp) if sp is not None else [-1, -1]
                                              for sp in (focus_spans or [None] * b)], dtype=torch.long).view(b, 2),
-                    decoy=torch.tensor([[k == "decoy" for k in row] for row in kinds], dtype=torch.bool).view(b, v))
+                    decoy=torch.tensor([[k == "decoy" for k in row] for row in kinds], dtype=torch.bool).view(b, v),
+                    query_end=torch.tensor(ends, dtype=torch.long))
     return plan.pinned() if pin else plan
 
 

@@ -232,7 +232,7 @@ def test_recall_source_and_stage2_sampler():
             d = b1.recall_docs[r]
             assert torch.equal(b1.tokens[r], d.ids)
             s, e = b1.answer_start[r].item(), b1.answer_end[r].item()
-            assert decode(b1.tokens[r, s:e]) == d.answer
+            assert decode(b1.tokens[r, s:e]) == d.answer and b1.query_ends()[r] == s  # the index's query stops there
             rs, re_ = b1.record_start[r].item(), b1.record_end[r].item()
             assert decode(b1.tokens[r, rs:re_]) == f"{d.keys[d.answer_record]}={d.answer}"
             others = b1.other_record_spans()[r]  # the decoys: every record but the queried one
@@ -241,7 +241,7 @@ def test_recall_source_and_stage2_sampler():
                 f"{k}={v}" for i, (k, v) in enumerate(zip(d.keys, d.values)) if i != d.answer_record]
         else:
             assert b1.recall_docs[r] is None and b1.answer_start[r].item() == -1
-            assert b1.other_record_spans()[r] == ()
+            assert b1.other_record_spans()[r] == () and b1.query_ends()[r] is None
     # the train and val recall documents come from disjoint seed namespaces
     tr = make_source(dataclasses.replace(cfg, source="recall"), "train")
     va = make_source(dataclasses.replace(cfg, source="recall"), "val")

@@ -66,7 +66,7 @@ class StepBench:
     def plan(self):
         b = self.batch
         return self.ctrl.prepare_step(b.tokens, torch.Generator().manual_seed(self.seed), b.queried_spans(),
-                                      decoy_spans=b.other_record_spans())
+                                      decoy_spans=b.other_record_spans(), query_ends=b.query_ends())
 
     def step(self, phases: dict[str, float] | None = None) -> float:
         """One whole micro-step plus the optimizer; seconds. ``phases`` gets plan/backward/optimizer wall times."""

@@ -227,6 +227,11 @@ class Stage2Batch:
         return [(int(s), int(e)) if r else None
                 for s, e, r in zip(self.record_start.tolist(), self.record_end.tolist(), self.is_recall.tolist())]
 
+    def query_ends(self) -> list[int | None]:
+        """Per row the answer's first token (recall rows) or None (corpus rows): where a session would refocus, what
+        the token index's training query reads up to (``MCController.train_step(..., query_ends)``)."""
+        return [int(a) if r else None for a, r in zip(self.answer_start.tolist(), self.is_recall.tolist())]
+
     def other_record_spans(self) -> list[tuple[tuple[int, int], ...]]:
         """Per row the token spans of the records that are *not* queried (empty on corpus rows and
         one-record documents): what stage 2's decoy variants expand (``mc.decoy_variants``)."""

@@ -87,7 +87,7 @@ class LensNet(nn.Module):
             self.register_buffer("match_scale", torch.tensor(1.0 / math.sqrt(d)), persistent=False)
         # The token index (cfg.token_index > 0): run by the controller outside this forward, its match comes in as
         # ``match`` and is added to the logits with a learned gain (mc.nets.token_index)
-        self.index = TokenIndex(embed_dim, cfg.token_index, cfg.index_window) if cfg.token_index else None
+        self.index = TokenIndex(embed_dim, cfg.token_index, cfg.index_window, query=cfg.index_query) if cfg.token_index else None
         self.index_gain = nn.Parameter(torch.tensor(1.0)) if cfg.token_index else None
         # Small but non-zero: scores start near 0 (no edits asked for) while every parameter
         # still gets gradient from the first backward.

@@ -212,6 +212,30 @@ def focus_loss(scores_bvw: Tensor, mask_bvw: Tensor, positions_bvw: Tensor, lods
     return ((lse_all - lse_tgt) * rows).sum() / rows.sum().clamp_min(1.0)
 
 
+def index_locate_loss(match_bt: Tensor, span_b2: Tensor, recent_tokens: int) -> Tensor:
+    """Cross-entropy that puts the token index's match on the queried record's tokens.
+
+    ``match_bt [B, T]`` is the index's per-token match (:func:`mc.nets.token_index.training_match`), ``span_b2
+    [B, 2]`` the queried record's token span (``-1, -1`` on corpus rows, which carry no loss). The softmax over the
+    history's tokens (the LOD0 tail excluded: it holds the question, which matches itself) should put its mass on
+    the record's. Why a loss of its own: LensNet's losses reach the index only through the entry's span maximum and a
+    gain, and a net can settle on "a record is here" (every record's separator matches) without learning which key
+    the question names; the record's decoys are in this softmax's denominator (obsidian LensNet, "Token index").
+    Returns a 0-d tensor (0 when no row has a record before the tail)."""
+    b, t = match_bt.shape
+    if span_b2.shape != (b, 2):
+        raise ValueError(f"index_locate_loss: span has shape {tuple(span_b2.shape)}, expected {(b, 2)}")
+    pos = torch.arange(t, device=match_bt.device).view(1, t)
+    hist = pos < t - recent_tokens  # [1, T]
+    over = hist & (pos >= span_b2[:, :1]) & (pos < span_b2[:, 1:]) & (span_b2[:, :1] >= 0)  # [B, T]
+    logits = match_bt.float()
+    neg_inf = torch.finfo(logits.dtype).min
+    lse_all = torch.logsumexp(logits.masked_fill(~hist, neg_inf), dim=-1)  # [B]
+    lse_tgt = torch.logsumexp(logits.masked_fill(~over, neg_inf), dim=-1)
+    rows = over.any(-1).to(logits.dtype)
+    return ((lse_all - lse_tgt) * rows).sum() / rows.sum().clamp_min(1.0)
+
+
 def span_token_presence(ids_bt: Tensor, vocab: int, block_size: int, max_lod: int) -> list[Tensor]:
     """Per tree level 1..max_lod, ``[B, T / K**L, vocab]`` bool: which token ids occur under each gist's span.
     Level L is built from level L-1 by an ``any`` over K siblings, as the tree builds its gists."""
@@ -251,15 +275,17 @@ def gist_content_loss(gists_by_level: list[Tensor], ids_bt: Tensor, head: torch.
     return torch.stack(losses).mean()
 
 
-def stage2_objective(cfg, p, scores: Tensor, mask: Tensor, tail: Tensor, levels, gistnet, distill: Tensor | None = None):
+def stage2_objective(cfg, p, scores: Tensor, mask: Tensor, tail: Tensor, levels, gistnet, distill: Tensor | None = None,
+                     token_match: Tensor | None = None):
     """One stage-2 micro-step's objective from its parts: ``(total, lm_loss, PreferenceResult)``.
 
     ``p`` is the step's plan on the device (:class:`mc.step_plan.StepPlan`), ``scores`` / ``mask``
     ``[R, W]`` LensNet's scores and the entries' mask, ``tail`` ``[R]`` the per-row shared-tail loss, ``levels``
     the tree levels ``gistnet`` made (the content loss reads the gist levels and, only when weighted, its
     ``content_head``), ``distill`` ``[R]`` the per-row KL from the full-history teacher
-    (:mod:`mc.nets.distill`; ``None`` when ``mc.distill_weight`` is 0). ``total`` = LM loss +
-    ``mc.lens_loss_weight`` * preference (+ the focus, content and distillation losses when weighted).
+    (:mod:`mc.nets.distill`; ``None`` when ``mc.distill_weight`` is 0), ``token_match [B, T]`` the token index's
+    per-token match (``None`` without an index). ``total`` = LM loss + ``mc.lens_loss_weight`` * preference (+ the
+    focus, index, content and distillation losses when weighted).
     """
     mc = cfg.mc
     b, v, w = p.batch, p.variants, scores.shape[1]
@@ -277,6 +303,8 @@ def stage2_objective(cfg, p, scores: Tensor, mask: Tensor, tail: Tensor, levels,
         rank = focus_loss(scores.view(b, v, w), mask.view(b, v, w), p.positions.view(b, v, w), p.lods.view(b, v, w),
                           p.focus_span, block_size=mc.block_size)
         total = total + mc.focus_loss_weight * rank
+    if mc.index_loss_weight and token_match is not None:  # recall rows: the index finds the queried record
+        total = total + mc.index_loss_weight * index_locate_loss(token_match, p.focus_span, mc.recent_tokens)
     if cfg.gistnet.content_loss_weight:  # coarse gists keep rare tokens (obsidian GistNet)
         total = total + cfg.gistnet.content_loss_weight * gist_content_loss(levels[1:], p.ids, gistnet.content_head,
                                                                             mc.block_size)

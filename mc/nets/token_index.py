@@ -10,10 +10,10 @@ letter at 22%, chance 4%), so on a haystack of real text its own zoom opened the
 as often as a random pick would. The history's tokens are stored anyway. The index reads them the way sparse
 attention's indexers do: a key per token from a short window of token embeddings (a causal convolution: "AB="
 is a different window from "AB" in a sentence), one query pooled over the recent tail by learned attention (the
-tail holds the question, e.g. ``AB=``; in training the answer's digits follow it, at inference not yet, and the
-pool learns to pick the window that names the key), and a node's match is the maximum of ``<q, k_t> / sqrt(d)``
-over the tokens under it. The match is added to LensNet's logit with a learned gain, inside the compiled call
-(``match`` input), and is trained by LensNet's own losses. Obsidian LensNet, "Token index".
+tail holds the question, e.g. ``AB=``; in training, the windows before the answer: see :func:`training_match`), and
+a node's match is the maximum of ``<q, k_t> / sqrt(d)`` over the tokens under it. The match is added to LensNet's
+logit with a learned gain, inside the compiled call (``match`` input), and is trained by LensNet's own losses and,
+when weighted, :func:`mc.nets.losses.index_locate_loss`. Obsidian LensNet, "Token index".
 
 Cost: keys are ``O(tokens * window * D * d)`` once per token (a session caches them; a rollback is caught by
 comparing token ids), the query and the match ``O(tokens * d)`` per scoring.
@@ -33,18 +33,30 @@ from mc.nets.losses import entry_spans
 class TokenIndex(nn.Module):
     """Token embeddings ``[B, T, D]`` -> per-token keys ``[B, T, d]``; tail features -> one query ``[B, d]``."""
 
-    def __init__(self, embed_dim: int, dim: int, window: int) -> None:
+    def __init__(self, embed_dim: int, dim: int, window: int, *, query: str = "pooled") -> None:
         super().__init__()
-        if dim <= 0 or window < 1:
-            raise ValueError(f"TokenIndex needs dim > 0 and window >= 1, got {dim}, {window}")
+        if dim <= 0 or window < 1 or query not in ("pooled", "twin"):
+            raise ValueError(f"TokenIndex needs dim > 0, window >= 1 and query 'pooled' or 'twin', got {dim}, {window}, "
+                             f"{query!r}")
         self.window, self.dim = window, dim
         self.norm = nn.RMSNorm(embed_dim)
         self.conv = nn.Conv1d(embed_dim, dim, window)  # a window of embeddings ending at each token
         self.key = nn.Linear(dim, dim)
-        self.query = nn.Linear(dim, dim)
+        # "twin": the query is the pooled windows under the keys' own projection, the pool starts on the newest
+        # window (a learned slope over the tail, weights ~ e^(slope * (r - R + 1)), slope 3 at init) and the match is
+        # a cosine, so it starts as a similarity of windows: the question's "\nAB=" finds the record's twin "\nAB="
+        # before any training. The index loss reads the cosine times a learned temperature (10 at init); LensNet the
+        # cosine itself (times its gain): a sharp softmax over tokens would push LensNet's logits into tanh's flat
+        # ends (a first version gave both the temperature, which grew to 32). "pooled" (the first design) learns its
+        # own query projection and pool from uniform and matches by a scaled dot product (obsidian LensNet).
+        twin = query == "twin"
+        self.query = None if twin else nn.Linear(dim, dim)
+        self.recency = nn.Parameter(torch.tensor(3.0)) if twin else None
+        self.log_temperature = nn.Parameter(torch.tensor(math.log(10.0))) if twin else None
         self.pool = nn.Linear(dim, 1)
         for layer in (self.key, self.query, self.pool):
-            init_linear(layer)
+            if layer is not None:
+                init_linear(layer)
         self.scale = 1.0 / math.sqrt(dim)
 
     def features(self, embeds_btd: Tensor, *, left: Tensor | None = None) -> Tensor:
@@ -61,12 +73,22 @@ class TokenIndex(nn.Module):
 
     def pooled_query(self, tail_feats_brd: Tensor) -> Tensor:
         """``[B, d]``: the tail's windows pooled by learned attention, then projected."""
-        weights = torch.softmax(self.pool(tail_feats_brd).squeeze(-1), dim=-1)  # [B, R]
-        return self.query(torch.einsum("br,brd->bd", weights, tail_feats_brd))
+        logits = self.pool(tail_feats_brd).squeeze(-1)  # [B, R]
+        if self.recency is not None:
+            r = tail_feats_brd.shape[1]
+            logits = logits + self.recency * torch.arange(1 - r, 1, device=logits.device, dtype=logits.dtype)
+        weights = torch.softmax(logits, dim=-1)
+        return (self.key if self.query is None else self.query)(torch.einsum("br,brd->bd", weights, tail_feats_brd))
 
     def match(self, keys_btd: Tensor, query_bd: Tensor) -> Tensor:
         """``[B, T]``: each token's key against the query."""
-        return torch.einsum("btd,bd->bt", keys_btd, query_bd) * self.scale
+        if self.log_temperature is None:
+            return torch.einsum("btd,bd->bt", keys_btd, query_bd) * self.scale
+        return torch.einsum("btd,bd->bt", F.normalize(keys_btd, dim=-1), F.normalize(query_bd, dim=-1))
+
+    def loss_logits(self, match_bt: Tensor) -> Tensor:
+        """What :func:`mc.nets.losses.index_locate_loss` reads: a twin's cosine times its temperature."""
+        return match_bt if self.log_temperature is None else match_bt * self.log_temperature.exp()
 
 
 def match_args(index: TokenIndex | None, positions: Tensor, match: Tensor | None) -> tuple:
@@ -89,15 +111,25 @@ def span_max_levels(match_bt: Tensor, block_size: int, levels: int) -> list[Tens
     return out
 
 
-def training_match(index: TokenIndex, embeds_btd: Tensor, plan_index_rw: Tensor, *, block_size: int, max_lod: int,
-                   recent_tokens: int) -> Tensor:
-    """``[R, W]`` match of every entry of a micro-step's variants. ``plan_index_rw`` is the step plan's row of the
-    flat level table (:mod:`mc.gather`: level 0's ``B*T`` rows, then level 1's, ..., then one padding row)."""
+def training_match(index: TokenIndex, embeds_btd: Tensor, plan_index_rw: Tensor, query_end_b: Tensor,
+                   mc) -> tuple[Tensor, Tensor]:
+    """``[R, W]`` match of every entry of a micro-step's variants, and ``[B, T]`` each token's as the index loss
+    reads it (:meth:`TokenIndex.loss_logits`). ``plan_index_rw`` is the step plan's row of the flat level
+    table (:mod:`mc.gather`: level 0's ``B*T`` rows, then level 1's, ..., then one padding row); ``mc`` the
+    :class:`mc.config.MCConfig`.
+
+    The query pools the ``mc.recent_tokens`` windows that end before ``query_end_b [B]`` (the step plan's: a recall
+    row's answer start, else ``T``). Why not the tail's last windows: a session refocuses when the question has been
+    read and the answer not yet written, while a training row's tail ends with the answer. Trained with the index
+    loss, a query that saw the answer learned to match the record's value (its last window, 0.997 of the pool's
+    weight, found the queried one of four records in 24 of 24 documents with the answer in view, 3 of 24 without)."""
     feats = index.features(embeds_btd)  # [B, T, d]
-    query = index.pooled_query(feats[:, -recent_tokens:])
-    levels = span_max_levels(index.match(index.keys(feats), query), block_size, max_lod)
+    r = mc.recent_tokens
+    at = (query_end_b.view(-1, 1) - r + torch.arange(r, device=feats.device)).clamp(min=0)  # [B, r]
+    query = index.pooled_query(feats.gather(1, at.unsqueeze(-1).expand(-1, -1, feats.shape[-1])))
+    levels = span_max_levels(index.match(index.keys(feats), query), mc.block_size, mc.max_lod)
     flat = torch.cat([lv.reshape(-1) for lv in levels] + [levels[0].new_zeros(1)])
-    return flat[plan_index_rw]
+    return flat[plan_index_rw], index.loss_logits(levels[0])
 
 
 class SessionKeys:

@@ -96,7 +96,8 @@ def evaluate_stage2(controller: MCController, sampler, cfg: RunConfig) -> dict[s
     for _ in range(st.eval_batches):
         batch = sampler.sample(st.batch_size, cfg.mc.history_tokens, gen)
         with torch.set_grad_enabled(with_grad):
-            out = controller.train_step(batch.tokens, gen, batch.queried_spans(), decoy_spans=batch.other_record_spans())
+            out = controller.train_step(batch.tokens, gen, batch.queried_spans(), decoy_spans=batch.other_record_spans(),
+                                        query_ends=batch.query_ends())
             stats = step_stats(out)
         del out
         controller.end_micro_step()
@@ -158,7 +159,8 @@ def train_stage2(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
     # device runs this one; from here on only the prefetcher draws from `gen` (obsidian "Training").
     def make_plan():
         batch = train_data.sample(lst.batch_size, history_length(cfg.mc, gen), gen)
-        return controller.prepare_step(batch.tokens, gen, batch.queried_spans(), decoy_spans=batch.other_record_spans())
+        return controller.prepare_step(batch.tokens, gen, batch.queried_spans(), decoy_spans=batch.other_record_spans(),
+                                       query_ends=batch.query_ends())
     prefetch = PlanPrefetcher(make_plan, gen, depth=prefetch_depth(cfg.train.prefetch, device))
 
     guard = DivergenceGuard("stage2", ckpt_path, "train.stage2.lr", step if saved is not None else None)
