@@ -11,7 +11,7 @@ as often as a random pick would. The history's tokens are stored anyway. The ind
 attention's indexers do: a key per token from a short window of token embeddings (a causal convolution: "AB="
 is a different window from "AB" in a sentence), one query pooled over the recent tail by learned attention (the
 tail holds the question, e.g. ``AB=``; in training, the windows before the answer: see :func:`training_match`), and
-a node's match is the maximum of ``<q, k_t> / sqrt(d)`` over the tokens under it. The match is added to LensNet's
+a node's match is the maximum of ``<q, k_t> / sqrt(d)`` (a cosine for ``twin``) over the tokens under it. The match is added to LensNet's
 logit with a learned gain, inside the compiled call (``match`` input), and is trained by LensNet's own losses and,
 when weighted, :func:`mc.nets.losses.index_locate_loss`. Obsidian LensNet, "Token index".
 
