@@ -204,11 +204,16 @@ def focus_loss(scores_bvw: Tensor, mask_bvw: Tensor, positions_bvw: Tensor, lods
     s0, s1 = span_b2[:, 0].view(b, 1, 1), span_b2[:, 1].view(b, 1, 1)
     gist = mask_bvw & (lods_bvw > 0)
     over = gist & (start < s1) & (s0 < start + width) & (s0 >= 0)  # [B, V, W] the gists over the record
-    logits = FOCUS_SCALE * scores_bvw
+    return target_set_ce(FOCUS_SCALE * scores_bvw, gist, over)
+
+
+def target_set_ce(logits: Tensor, candidates: Tensor, targets: Tensor) -> Tensor:
+    """Mean over rows with a target of ``-log`` (the softmax mass, over each row's ``candidates`` on the last axis,
+    of its ``targets``, a subset of them): the focus and index losses. 0 when no row has a target."""
     neg_inf = torch.finfo(logits.dtype).min
-    lse_all = torch.logsumexp(logits.masked_fill(~gist, neg_inf), dim=-1)  # [B, V]
-    lse_tgt = torch.logsumexp(logits.masked_fill(~over, neg_inf), dim=-1)
-    rows = over.any(-1).to(logits.dtype)  # [B, V]
+    lse_all = torch.logsumexp(logits.masked_fill(~candidates, neg_inf), dim=-1)
+    lse_tgt = torch.logsumexp(logits.masked_fill(~targets, neg_inf), dim=-1)
+    rows = targets.any(-1).to(logits.dtype)
     return ((lse_all - lse_tgt) * rows).sum() / rows.sum().clamp_min(1.0)
 
 
@@ -228,12 +233,7 @@ def index_locate_loss(match_bt: Tensor, span_b2: Tensor, recent_tokens: int) -> 
     pos = torch.arange(t, device=match_bt.device).view(1, t)
     hist = pos < t - recent_tokens  # [1, T]
     over = hist & (pos >= span_b2[:, :1]) & (pos < span_b2[:, 1:]) & (span_b2[:, :1] >= 0)  # [B, T]
-    logits = match_bt.float()
-    neg_inf = torch.finfo(logits.dtype).min
-    lse_all = torch.logsumexp(logits.masked_fill(~hist, neg_inf), dim=-1)  # [B]
-    lse_tgt = torch.logsumexp(logits.masked_fill(~over, neg_inf), dim=-1)
-    rows = over.any(-1).to(logits.dtype)
-    return ((lse_all - lse_tgt) * rows).sum() / rows.sum().clamp_min(1.0)
+    return target_set_ce(match_bt.float(), hist.expand(b, t), over)
 
 
 def span_token_presence(ids_bt: Tensor, vocab: int, block_size: int, max_lod: int) -> list[Tensor]:
