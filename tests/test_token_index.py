@@ -207,7 +207,8 @@ def test_an_index_loss_without_an_index_stops_at_start_up():
         load_config([*TINY, "mc.index_loss_weight=1.0"])
 
 
-def test_the_index_reads_through_a_real_model_adapter(tmp_path):
+@pytest.mark.parametrize("query", ["pooled", "twin"])
+def test_the_index_reads_through_a_real_model_adapter(tmp_path, query):
     """model=hf (a tiny random Llama through the adapter, as SmolLM2 is read): a stage-2 step trains the index, and
     greedy decoding with refocuses (whose lookahead appends and reverts tokens: the key cache must follow) gives the
     same tokens with and without the KV cache."""
@@ -217,10 +218,12 @@ def test_the_index_reads_through_a_real_model_adapter(tmp_path):
     d = tiny_hf_dir(tmp_path, "llama", 0.25)
     torch.manual_seed(0)
     ctrl = build_controller(load_config(["preset=smoke", "model=hf", f"model.hf_path={d}", "train.device=cpu",
-                                         "lensnet.token_index=8", "allocator.inference.branches=2",
+                                         "lensnet.token_index=8", f"lensnet.index_query={query}",
+                                         "mc.index_loss_weight=1.0", "allocator.inference.branches=2",
                                          "allocator.inference.branch_lookahead=2"]), device=torch.device("cpu"))
     ids = torch.randint(3, ctrl.cfg.model.vocab_size, (1, ctrl.cfg.mc.history_tokens))
-    ctrl.train_step(ids, torch.Generator().manual_seed(0)).total.backward()
+    t = ids.shape[1]
+    ctrl.train_step(ids, torch.Generator().manual_seed(0), [(t // 4, t // 4 + 8)], query_ends=[t - 4]).total.backward()
     assert ctrl.lensnet.index.conv.weight.grad.abs().sum() > 0
     prompt = torch.randint(3, ctrl.cfg.model.vocab_size, (300,), generator=torch.Generator().manual_seed(1))
     outs = []
