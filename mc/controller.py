@@ -239,13 +239,13 @@ class MCController:
     def refocus(self) -> RefocusRecord:
         """LensNet-driven allocator iterations within the edit budget, optionally branched (:mod:`mc.refocus`)."""
         s = self._require_session()
-        record = run_refocus(s, self._session_scores, self._tail_fit)
+        record = run_refocus(s, self.session_scores, self._tail_fit)
         self.telemetry.emit({"kind": "refocus", "num_tokens": s.num_tokens, "iterations": record.iterations,
                              "edits": len(record.edits), "entries": len(s.wc), "branch": record.branch})
         return record
 
-    def _session_scores(self, s: InferenceSession) -> Tensor:
-        """LensNet's scores ``[len(wc)]`` of the session's working context (with the token index's match, if any)."""
+    def session_scores(self, s: InferenceSession) -> Tensor:
+        """LensNet's scores ``[len(wc)]`` (CPU) of the session's working context, with the token index's match: what a refocus ranks."""
         mwc, index, mc = s.materialize(), self.lensnet.index, self.cfg.mc
         match = None if index is None else session_match(index, s, mwc, block_size=mc.block_size, recent_tokens=mc.recent_tokens)
         return self._lensnet_allocator_scores(mwc, s.num_tokens, match)[: mwc.length].cpu()

@@ -100,7 +100,7 @@ def test_a_branch_zooms_its_own_gist():
     scores = ctrl._lensnet_allocator_scores(s.materialize(), s.num_tokens)[: len(start)].tolist()
     gists = sorted((i for i in range(len(start)) if start[i][0] > 0), key=lambda i: -scores[i])
     second = start.span(gists[1])
-    branch, _ = zoom(s, ctrl._session_scores, focus_span=second)
+    branch, _ = zoom(s, ctrl.session_scores, focus_span=second)
     first_expand = next(e for e in branch.edits if e.kind == "expand")  # a trade's collapse may come first
     assert first_expand.entry == start[gists[1]]
     finest = min(s.wc[i][0] for i in range(len(s.wc)) if s.wc.overlap_mask(*second)[i] > 0)

@@ -22,7 +22,7 @@ def _setup(n_records: int = 3, n_docs: int = 8):
 def _score_record(ctrl, pick):
     """LensNet stand-in: 1 on the entries over the record ``pick(doc)`` names, 0 elsewhere."""
     state = {}
-    ctrl._session_scores = lambda s: s.wc.overlap_mask(*state["span"]).float()  # what a refocus scores with
+    ctrl.session_scores = lambda s: s.wc.overlap_mask(*state["span"]).float()  # what a refocus scores with
     real = ctrl.begin_session
 
     def begin(ids):  # which document is being scored: the one whose prompt this is

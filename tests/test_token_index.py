@@ -48,7 +48,7 @@ def test_session_match_is_each_entrys_best_token_match_and_follows_rollbacks(que
     mc, index = ctrl.cfg.mc, ctrl.lensnet.index
     ids = torch.randint(3, 200, (150,), generator=torch.Generator().manual_seed(1))
     s = ctrl.begin_session(ids[:100])
-    ctrl._session_scores(s)  # fills the key cache for 100 tokens
+    ctrl.session_scores(s)  # fills the key cache for 100 tokens
     snap = s.snapshot()
     ctrl.append(ids[100:], refocus=False)
     for _ in range(2):  # the cache extended; then rolled back and replaced by other tokens: recomputed, not trusted
@@ -131,7 +131,7 @@ def test_a_twin_query_starts_as_the_newest_windows_similarity_under_the_keys_pro
 def test_the_match_moves_the_scores_and_the_losses_train_the_index(query):
     ctrl = _ctrl(2, query, "mc.index_loss_weight=1.0")  # a twin's temperature is the index loss's alone
     s = ctrl.begin_session(torch.randint(3, 200, (120,), generator=torch.Generator().manual_seed(3)))
-    with_match = ctrl._session_scores(s)
+    with_match = ctrl.session_scores(s)
     without = ctrl.lensnet_scores(s.materialize(), s.num_tokens)[: len(s.wc)].cpu()  # zeros in place of the match
     assert not torch.allclose(with_match, without)
     out = ctrl.train_step(torch.randint(3, 200, (1, ctrl.cfg.mc.history_tokens)), torch.Generator().manual_seed(4),

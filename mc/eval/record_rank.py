@@ -21,7 +21,7 @@ def record_scores(ctrl, ids, spans) -> list[float] | None:
     compressed layout of a session over ``ids`` (``[T]``; the controller's session is replaced). None when a span
     has no gist over it."""
     s = ctrl.begin_session(ids)
-    scores = ctrl._session_scores(s)  # [len(wc)], the refocus's own scores (with the token index's match, if any)
+    scores = ctrl.session_scores(s)  # [len(wc)], the refocus's own scores (with the token index's match, if any)
     gist = torch.tensor(s.wc.lods()) > 0
     out = []
     for a, b in spans:
