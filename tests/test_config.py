@@ -27,7 +27,7 @@ def test_presets_resolve(preset):
 def test_long_corpus_is_long_with_harder_documents():
     """long_corpus changes what its documents look like (stage-2 records anywhere included), how a branched
     refocus picks its layout (the lookahead fit, no margin), when an inference session adds a level (focus_room) and
-    the sweep's read budget and lengths, and adds LensNet's token index (obsidian Presets): the rest of the nets, the
+    the sweep's read budget and lengths, and adds LensNet's token index with its twin query and loss (obsidian Presets): the rest of the nets, the
     geometry, training and the rest of the allocator and the sweep are the long preset's."""
     long, hard = to_dict(load_config(["preset=long"])), to_dict(load_config(["preset=long_corpus"]))
     changed = {"haystack": "corpus", "eval_template": "{k} is {v}", "key_lens": [2, 3], "near_decoys": True,
@@ -39,6 +39,8 @@ def test_long_corpus_is_long_with_harder_documents():
     read = {"budget": 112, "multiples": [4, 16, 32, 64, 128, 256]}
     assert {k: hard["eval"]["long_range"][k] for k in read} == read and hard["mc"]["focus_room"] == 32
     assert hard["lensnet"]["token_index"] == 32 and long["lensnet"]["token_index"] == 0
+    assert (hard["lensnet"]["index_query"], hard["mc"]["index_loss_weight"]) == ("twin", 1.0)
+    assert (long["lensnet"]["index_query"], long["mc"]["index_loss_weight"]) == ("pooled", 0.0)
     for d in (long, hard):
         for k in changed:
             d["data"]["recall"].pop(k)
@@ -46,7 +48,8 @@ def test_long_corpus_is_long_with_harder_documents():
             d["allocator"]["inference"].pop(k)
         for k in read:
             d["eval"]["long_range"].pop(k)
-        d["mc"].pop("focus_room"), d["lensnet"].pop("token_index")
+        d["mc"].pop("focus_room"), d["mc"].pop("index_loss_weight")
+        d["lensnet"].pop("token_index"), d["lensnet"].pop("index_query")
         d.pop("preset"), d.pop("name", None)
     assert long == hard
 
