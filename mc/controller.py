@@ -245,7 +245,7 @@ class MCController:
         return record
 
     def session_scores(self, s: InferenceSession) -> Tensor:
-        """LensNet's scores ``[len(wc)]`` (CPU) of the session's working context, with the token index's match: what a refocus ranks."""
+        """LensNet's scores ``[len(wc)]`` (CPU) of the session's working context with the index's match: what refocus ranks."""
         mwc, index, mc = s.materialize(), self.lensnet.index, self.cfg.mc
         match = None if index is None else session_match(index, s, mwc, block_size=mc.block_size, recent_tokens=mc.recent_tokens)
         return self._lensnet_allocator_scores(mwc, s.num_tokens, match)[: mwc.length].cpu()
