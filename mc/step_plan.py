@@ -81,7 +81,7 @@ def plan_micro_step(ids_bt: Tensor, mc: MCConfig, bucket: int, generator: torch.
     ends = [t if e is None else int(e) for e in (query_ends or [None] * b)]
     if len(ends) != b or not all(mc.recent_tokens <= e <= t for e in ends):
         raise ValueError(f"train_step: query_ends must give one end per sequence ({b}), each in "
-                         f"[mc.recent_tokens={mc.recent_tokens}, {t}] or None, got {list(query_ends)}")
+                         f"[mc.recent_tokens={mc.recent_tokens}, {t}] or None, got {ends}")
     wcs, kinds = [], []
     for r in range(b):
         focus, decoys = None if focus_spans is None else focus_spans[r], () if decoy_spans is None else decoy_spans[r]

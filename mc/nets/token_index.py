@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from mc.config_choices import INDEX_QUERIES
 from mc.nets.bidirectional import init_linear
 from mc.nets.losses import entry_spans
 
@@ -35,8 +36,8 @@ class TokenIndex(nn.Module):
 
     def __init__(self, embed_dim: int, dim: int, window: int, *, query: str = "pooled") -> None:
         super().__init__()
-        if dim <= 0 or window < 1 or query not in ("pooled", "twin"):
-            raise ValueError(f"TokenIndex needs dim > 0, window >= 1 and query 'pooled' or 'twin', got {dim}, {window}, "
+        if dim <= 0 or window < 1 or query not in INDEX_QUERIES:
+            raise ValueError(f"TokenIndex needs dim > 0, window >= 1 and query in {INDEX_QUERIES}, got {dim}, {window}, "
                              f"{query!r}")
         self.window, self.dim = window, dim
         self.norm = nn.RMSNorm(embed_dim)
@@ -49,7 +50,7 @@ class TokenIndex(nn.Module):
         # cosine itself (times its gain): a sharp softmax over tokens would push LensNet's logits into tanh's flat
         # ends (a first version gave both the temperature, which grew to 32). "pooled" (the first design) learns its
         # own query projection and pool from uniform and matches by a scaled dot product (obsidian LensNet).
-        twin = query == "twin"
+        self.twin = twin = query == "twin"
         self.query = None if twin else nn.Linear(dim, dim)
         self.recency = nn.Parameter(torch.tensor(3.0)) if twin else None
         self.log_temperature = nn.Parameter(torch.tensor(math.log(10.0))) if twin else None
@@ -74,21 +75,21 @@ class TokenIndex(nn.Module):
     def pooled_query(self, tail_feats_brd: Tensor) -> Tensor:
         """``[B, d]``: the tail's windows pooled by learned attention, then projected."""
         logits = self.pool(tail_feats_brd).squeeze(-1)  # [B, R]
-        if self.recency is not None:
+        if self.twin:
             r = tail_feats_brd.shape[1]
             logits = logits + self.recency * torch.arange(1 - r, 1, device=logits.device, dtype=logits.dtype)
         weights = torch.softmax(logits, dim=-1)
-        return (self.key if self.query is None else self.query)(torch.einsum("br,brd->bd", weights, tail_feats_brd))
+        return (self.key if self.twin else self.query)(torch.einsum("br,brd->bd", weights, tail_feats_brd))
 
     def match(self, keys_btd: Tensor, query_bd: Tensor) -> Tensor:
         """``[B, T]``: each token's key against the query."""
-        if self.log_temperature is None:
+        if not self.twin:
             return torch.einsum("btd,bd->bt", keys_btd, query_bd) * self.scale
         return torch.einsum("btd,bd->bt", F.normalize(keys_btd, dim=-1), F.normalize(query_bd, dim=-1))
 
     def loss_logits(self, match_bt: Tensor) -> Tensor:
         """What :func:`mc.nets.losses.index_locate_loss` reads: a twin's cosine times its temperature."""
-        return match_bt if self.log_temperature is None else match_bt * self.log_temperature.exp()
+        return match_bt * self.log_temperature.exp() if self.twin else match_bt
 
 
 def match_args(index: TokenIndex | None, positions: Tensor, match: Tensor | None) -> tuple:
