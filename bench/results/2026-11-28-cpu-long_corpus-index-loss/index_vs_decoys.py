@@ -21,6 +21,6 @@ for it in range(6):
         rs, re_ = int(b.record_start[r]), int(b.record_end[r])
         others = b.other_record_spans()[r]
         if not others: continue
-        q = float(m[r, rs:re_ + 1].max()); d = max(float(m[r, a:c + 1].max()) for a, c in others)
+        q = float(m[r, rs:re_].max()); d = max(float(m[r, a:c].max()) for a, c in others)  # spans are [start, end)
         hit += q > d; n += 1
 print(f"queried record beats its decoys in {hit}/{n} training rows")

@@ -37,7 +37,7 @@ for it in range(4):
         if not b.is_recall[s] or not others[s]: continue
         rs, re_ = int(b.record_start[s]), int(b.record_end[s])
         def best(a, c, sc):
-            ov = mask[r] & (start[r] <= c) & (end[r] >= a) & (p.lods[r] > 0)
+            ov = mask[r] & (start[r] < c) & (end[r] >= a) & (p.lods[r] > 0)  # spans are [a, c), entries [start, end]
             return float(sc[r][ov].max()) if ov.any() else None
         n_ok = True; res = {}
         for name in out:
