@@ -112,7 +112,7 @@ def test_a_twin_query_starts_as_the_newest_windows_similarity_under_the_keys_pro
     it times the temperature (10 at init)."""
     ctrl = _ctrl(4, "twin")
     index, r = ctrl.lensnet.index, ctrl.cfg.mc.recent_tokens
-    assert index.query is None and float(index.recency) == 3.0
+    assert index.query is None and float(index.recency.detach()) == 3.0
     ids = torch.randint(3, 200, (60,), generator=torch.Generator().manual_seed(5))
     ids = torch.cat([ids, ids[20:30]])  # the tail's newest windows repeat tokens 20-29
     with torch.no_grad():

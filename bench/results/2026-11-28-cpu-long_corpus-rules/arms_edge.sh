@@ -1,9 +1,0 @@
-#!/bin/bash
-RUN=$1; NAME=$2; DRAW=$3; MULT=$4; DEP=$5; NPC=$6; shift 6
-I=allocator.inference
-cd /tmp/lc && PYTHONPATH=/tmp/s8/code MC_PROGRESS=0 /usr/bin/time -f "%e s" /work/main/.venv/bin/python /tmp/s8/code/scripts/mc_ablate.py \
-  --run-dir $RUN --quiet --draw-seed $DRAW --out /tmp/s8/abl/$NAME.json \
-  --arm "edge sides 3:$I.edge_sides=3" \
-  --arm "edge sides 4:$I.edge_sides=4" \
-  "eval.long_range.multiples=$MULT" "eval.long_range.dense_multiples=[]" "eval.long_range.depths=$DEP" \
-  eval.long_range.n_per_cell=$NPC "$@" > /tmp/s8/abl/$NAME.log 2>&1
