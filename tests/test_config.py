@@ -26,9 +26,10 @@ def test_presets_resolve(preset):
 
 def test_long_corpus_is_long_with_harder_documents():
     """long_corpus changes what its documents look like (stage-2 records anywhere included), how a branched
-    refocus picks its layout (the lookahead fit, no margin) and how far a zoom grows its first opened block, when an inference session adds a level (focus_room) and
-    the sweep's read budget and lengths, and adds LensNet's token index with its twin query and loss (obsidian Presets): the rest of the nets, the
-    geometry, training and the rest of the allocator and the sweep are the long preset's."""
+    refocus picks its layout (the lookahead fit, no margin) and how far a zoom grows its first opened block, when
+    an inference session adds a level (focus_room) and the sweep's read budget and lengths, and adds LensNet's token
+    index with its twin query and loss (obsidian Presets): the rest of the nets, the geometry, training and the rest
+    of the allocator and the sweep are the long preset's."""
     long, hard = to_dict(load_config(["preset=long"])), to_dict(load_config(["preset=long_corpus"]))
     changed = {"haystack": "corpus", "eval_template": "{k} is {v}", "key_lens": [2, 3], "near_decoys": True,
                "stage1_min_tokens": 48, "stage2_records_region": 0.97,
