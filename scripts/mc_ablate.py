@@ -2,12 +2,13 @@
 """Measure each refocus rule on and off on a trained run (obsidian Focus Allocator, "Which rules stay").
 
     python scripts/mc_ablate.py --run-dir runs/long [--draw-seed N] [--arm "name:key=value,key=value" ...]
-                                [key=value ...]
+                                [--salience] [key=value ...]
 
 Runs the run's long-range sweep once with all its rules and once per arm (default: each rule of the `long`
 preset switched off alone, mc.eval.rule_ablation.DEFAULT_ARMS), every arm on the same documents, and writes
 ``<run-dir>/eval/ablation.json`` and ``ablation.md`` (``--out`` picks another JSON path): focused accuracy per
-arm and length, and each arm's paired difference from all rules with a 95% interval. ``key=value`` overrides
+arm and length, and each arm's paired difference from all rules with a 95% interval (``--salience``: the
+salience rule's too, swept in every arm). ``key=value`` overrides
 apply to every arm (e.g. ``eval.long_range.multiples=[16,32]``). Without ``--draw-seed`` a fresh draw is
 made and printed: use a validation draw, never the one a report states.
 
@@ -38,6 +39,8 @@ def main(argv=None) -> int:
     p.add_argument("--arm", action="append", default=None, help="'name:key=value[,key=value]' (repeatable; "
                    "replaces the default arms)")
     p.add_argument("--out", type=Path, default=None, help="JSON path (default <run-dir>/eval/ablation.json)")
+    p.add_argument("--salience", action="store_true", help="every arm also sweeps the salience rule (the rules "
+                   "shape its search too), paired like focused")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("overrides", nargs="*", help="config overrides key.path=value for every arm")
     args = p.parse_args(argv)
@@ -53,7 +56,7 @@ def main(argv=None) -> int:
     out = args.out or args.run_dir / "eval" / "ablation.json"
     try:
         with RunLock(args.run_dir):
-            res = run_rule_ablation(cfg, args.run_dir, arms, progress=not args.quiet)
+            res = run_rule_ablation(cfg, args.run_dir, arms, progress=not args.quiet, salience=args.salience)
             md = ablation_markdown(res)
             write_json(out, res)
             write_text(out.with_suffix(".md"), md + "\n")

@@ -34,9 +34,27 @@ def test_arms_read_the_same_documents_and_pair_per_document(tmp_path):
     assert all(c["n"] == 4 for c in res["cells"])  # 2 depths x 2 documents per task and length
     same = [d for d in res["diffs"] if d["arm"] == "same"]
     assert len(same) == 2 and all(d["mean"] == 0.0 and d["lo"] == 0.0 == d["hi"] for d in same)
-    assert {(d["arm"], d["task"]) for d in res["diffs"]} == {(a, t) for a in arms for t in res["tasks"]}
+    assert {(d["arm"], d["task"], d["variant"]) for d in res["diffs"]} == {(a, t, "focused") for a in arms
+                                                                           for t in res["tasks"]}
     md = ablation_markdown(res)
     assert "eval.draw_seed=11" in md and "| one iteration |" in md and f"| {BASELINE_ARM} (oracle) |" in md
+
+
+def test_salience_is_swept_and_paired_in_every_arm_when_asked(tmp_path):
+    """salience=True: every arm sweeps the salience rule too (the rules shape its search), paired per document like
+    focused: a no-op arm differs by exactly 0 on both variants; the Markdown has a row per arm and variant."""
+    cfg = _cfg()
+    arms = {"same": ["allocator.inference.iterations=" + str(cfg.allocator.inference.iterations)],
+            "one iteration": ["allocator.inference.iterations=1", "allocator.inference.max_edits=1"]}
+    res = run_rule_ablation(cfg, fake_run(tmp_path, cfg), arms, salience=True)
+    assert res["salience"] is True
+    assert {c["variant"] for c in res["cells"] if c["arm"] != BASELINE_ARM} == {"focused", "salience"}
+    assert {(d["arm"], d["task"], d["variant"]) for d in res["diffs"]} == {
+        (a, t, v) for a in arms for t in res["tasks"] for v in ("focused", "salience")}
+    same = [d for d in res["diffs"] if d["arm"] == "same"]
+    assert len(same) == 4 and all(d["mean"] == 0.0 and d["lo"] == 0.0 == d["hi"] for d in same)
+    md = ablation_markdown(res)
+    assert "| one iteration (salience) |" in md and "| same (salience) |" in md
 
 
 def test_bad_arms_are_refused():
@@ -58,10 +76,11 @@ def test_cli_writes_json_and_markdown(tmp_path, capsys):
     run = fake_run(tmp_path, cfg)
     (run / "config.json").write_text(json.dumps(to_dict(cfg)))
     arm = "one iteration:allocator.inference.iterations=1,allocator.inference.max_edits=1"
-    assert ablate_main(["--run-dir", str(run), "--draw-seed", "3", "--arm", arm, "--quiet"]) == 0
+    assert ablate_main(["--run-dir", str(run), "--draw-seed", "3", "--arm", arm, "--salience", "--quiet"]) == 0
     res = json.loads((run / "eval" / "ablation.json").read_text())
-    assert res["draw_seed"] == 3 and list(res["arms"]) == [BASELINE_ARM, "one iteration"]
-    assert "| one iteration |" in (run / "eval" / "ablation.md").read_text()
+    assert res["draw_seed"] == 3 and list(res["arms"]) == [BASELINE_ARM, "one iteration"] and res["salience"]
+    md = (run / "eval" / "ablation.md").read_text()
+    assert "| one iteration |" in md and "| one iteration (salience) |" in md
     # a bad arm fails at once with one line and exit 2, before any sweep
     assert ablate_main(["--run-dir", str(run), "--arm", "x:allocator.inference.no_such_rule=1"]) == 2
     assert "mc_ablate: error:" in capsys.readouterr().err

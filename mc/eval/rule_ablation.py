@@ -7,8 +7,10 @@ arm's difference from ``all rules`` is paired per document: a rule pays when swi
 documents, with a confidence interval that excludes zero. The draw should be a *validation* draw, never the
 one a report states: choosing rules on the reported documents would tune on the test set.
 
-Only ``focused`` is swept per arm (the rules change nothing else); ``all rules`` also sweeps ``salience`` and
-``oracle`` for reference.
+By default only ``focused`` is swept per arm; ``all rules`` also sweeps ``salience`` and ``oracle`` for reference.
+The rules shape the salience rule's search too (it runs the same refocus), so ``salience=True`` sweeps it in every
+arm as well and pairs it like ``focused``: what a rule does to the learned locator's lead over the non-learned one.
+Each diff names its ``variant``.
 """
 from __future__ import annotations
 
@@ -48,10 +50,18 @@ def arm_config(cfg: RunConfig, overrides: list[str]) -> RunConfig:
     return apply_overrides(copy.deepcopy(cfg), overrides)
 
 
+def _arm_variants(name: str, salience: bool) -> list[str]:
+    """The variants an arm sweeps: all rules adds the oracle; salience in every arm only when asked."""
+    if name == BASELINE_ARM:
+        return ["focused", "salience", "oracle"]
+    return ["focused", "salience"] if salience else ["focused"]
+
+
 def run_rule_ablation(cfg: RunConfig, run_dir: str | Path, arms: dict[str, list[str]], *,
-                      progress: bool = False) -> dict:
+                      progress: bool = False, salience: bool = False) -> dict:
     """The sweep of ``run_dir``'s nets once per arm (plus :data:`BASELINE_ARM`); ``cfg.eval.draw_seed`` must be
-    set (the documents every arm reads). Returns ``{draw_seed, arms, tasks, lengths, cells, diffs, seconds}``."""
+    set (the documents every arm reads). ``salience``: every arm also sweeps the salience rule, paired like
+    focused. Returns ``{draw_seed, arms, tasks, lengths, salience, cells, diffs, seconds}``."""
     from mc.eval.evaluate import load_trained_controller  # noqa: PLC0415 - heavy imports only when run
     from mc.eval.long_range import run_long_range  # noqa: PLC0415
 
@@ -67,7 +77,7 @@ def run_rule_ablation(cfg: RunConfig, run_dir: str | Path, arms: dict[str, list[
     rows: dict[str, list[dict]] = {}
     sweep = None
     for name, acfg in configs.items():
-        acfg.eval.long_range.variants = ["focused", "salience", "oracle"] if name == BASELINE_ARM else ["focused"]
+        acfg.eval.long_range.variants = _arm_variants(name, salience)
         ctrl = load_trained_controller(acfg, run_dir)
         if progress:
             print(f"[ablate] {name}: {' '.join(arms.get(name, [])) or 'the run config'}", flush=True)
@@ -80,34 +90,34 @@ def run_rule_ablation(cfg: RunConfig, run_dir: str | Path, arms: dict[str, list[
         for task in sweep["tasks"]:
             for length in sweep["lengths"]:
                 sel = [r for r in rows[name] if (r["task"], r["length"]) == (task, length)]
-                variants = ["focused", "salience", "oracle"] if name == BASELINE_ARM else ["focused"]
-                for v in variants:
+                for v in _arm_variants(name, salience):
                     ci = proportion_ci([r["exact"][v] for r in sel])
                     cells.append({"arm": name, "task": task, "length": length, "variant": v, "accuracy": ci["mean"],
                                   "lo": ci["lo"], "hi": ci["hi"], "n": ci["n"]})
             if name != BASELINE_ARM:
                 sel = [r for r in rows[name] if r["task"] == task]
-                d = paired_diff_ci([float(r["exact"]["focused"]) for r in sel],
-                                   [float(base[key(r)]["exact"]["focused"]) for r in sel])
-                diffs.append({"arm": name, "task": task, "overrides": arms[name], **d})
+                for v in _arm_variants(name, salience):
+                    d = paired_diff_ci([float(r["exact"][v]) for r in sel], [float(base[key(r)]["exact"][v]) for r in sel])
+                    diffs.append({"arm": name, "task": task, "variant": v, "overrides": arms[name], **d})
     return {"draw_seed": cfg.eval.draw_seed, "arms": {BASELINE_ARM: [], **arms}, "tasks": sweep["tasks"],
-            "lengths": sweep["lengths"], "base_window": sweep["base_window"], "cells": cells, "diffs": diffs,
+            "lengths": sweep["lengths"], "base_window": sweep["base_window"], "salience": salience,
+            "cells": cells, "diffs": diffs,
             "seconds": round(time.time() - t0, 1)}
 
 
 def ablation_markdown(res: dict) -> str:
-    """Per task: focused accuracy per arm and length, and the arm's paired difference from all rules."""
-    w = res["base_window"]
+    """Per task: accuracy per arm, variant and length, and the arm's paired difference from all rules."""
+    w, salience = res["base_window"], res.get("salience", False)
     out = [f"Documents: eval.draw_seed={res['draw_seed']} (every arm reads the same ones); {res['seconds']} s.", ""]
     for task in res["tasks"]:
         out += [f"**{task}**", "", "| arm | " + " | ".join(f"{n // w}x" for n in res["lengths"])
-                + " | focused - all rules [95% CI] |", "|---" * (len(res["lengths"]) + 2) + "|"]
+                + " | minus all rules [95% CI] |", "|---" * (len(res["lengths"]) + 2) + "|"]
         for arm in res["arms"]:
-            variants = ["focused", "salience", "oracle"] if arm == BASELINE_ARM else ["focused"]
-            for v in variants:
+            for v in _arm_variants(arm, salience):
                 cs = [next(c for c in res["cells"] if (c["arm"], c["task"], c["length"], c["variant"]) ==
                            (arm, task, n, v)) for n in res["lengths"]]
-                d = next((x for x in res["diffs"] if (x["arm"], x["task"]) == (arm, task)), None)
+                d = next((x for x in res["diffs"] if (x["arm"], x["task"], x.get("variant", "focused")) ==
+                          (arm, task, v)), None)
                 label = arm if v == "focused" else f"{arm} ({v})"
                 out.append(f"| {label} | " + " | ".join(f"{c['accuracy']:.0%} ({c['n']})" for c in cs)
                            + f" | {fmt_ci(d) if d else '-'} |")
