@@ -107,7 +107,7 @@ def run_rule_ablation(cfg: RunConfig, run_dir: str | Path, arms: dict[str, list[
 
 def ablation_markdown(res: dict) -> str:
     """Per task: accuracy per arm, variant and length, and the arm's paired difference from all rules."""
-    w, salience = res["base_window"], res.get("salience", False)
+    w, salience = res["base_window"], res["salience"]
     out = [f"Documents: eval.draw_seed={res['draw_seed']} (every arm reads the same ones); {res['seconds']} s.", ""]
     for task in res["tasks"]:
         out += [f"**{task}**", "", "| arm | " + " | ".join(f"{n // w}x" for n in res["lengths"])
@@ -116,7 +116,7 @@ def ablation_markdown(res: dict) -> str:
             for v in _arm_variants(arm, salience):
                 cs = [next(c for c in res["cells"] if (c["arm"], c["task"], c["length"], c["variant"]) ==
                            (arm, task, n, v)) for n in res["lengths"]]
-                d = next((x for x in res["diffs"] if (x["arm"], x["task"], x.get("variant", "focused")) ==
+                d = next((x for x in res["diffs"] if (x["arm"], x["task"], x["variant"]) ==
                           (arm, task, v)), None)
                 label = arm if v == "focused" else f"{arm} ({v})"
                 out.append(f"| {label} | " + " | ".join(f"{c['accuracy']:.0%} ({c['n']})" for c in cs)
