@@ -59,6 +59,9 @@ def test_help_lists_flags_stages_and_examples(capsys):
     for word in ("--preset", "--mc_compile_lensnet=1", "--mc_compile_lensnet_inference=1", "--mc_compile_gistnet=1",
                  "--stages", "--force", "--dry-run", "stage1", "stage2", "report", "Examples", "key=value"):
         assert word in out
+    # every preset a user can pick is named, so a new preset cannot be left out of the help
+    for preset in sorted((workflow.ROOT / "configs" / "preset").glob("*.yaml")):
+        assert f" {preset.stem}" in out, f"--help does not name the preset {preset.stem}"
 
 
 def test_bad_flag_value_is_a_clear_error(capsys, fake_stages):

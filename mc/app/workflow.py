@@ -75,8 +75,10 @@ later selected stages run again. The resolved config is written to config.json f
 whose config.json differs is refused (exit 2, naming the keys) unless --force redoes the stages they feed.
 
 Flags (both --flag=V and --flag V work):
-  --preset NAME                    smoke (minutes on 2 CPU cores), cpu (default), long (the 4x-64x
-                                   long-range sweep, 25-30 min on 2 cores), h100
+  --preset NAME                    a file of configs/preset/ (what each is for: obsidian Presets): smoke
+                                   (minutes on 2 CPU cores), cpu (the default), long (focus to 64x the window),
+                                   long_corpus (real-code haystacks, focus to 256x), smollm2, smollm2_cpu
+                                   (SmolLM2-135M as the base), h100, h100_smollm2 (GPU)
   --mc_compile_lensnet=1           compile LensNet in training   (compile.lensnet.train)
   --mc_compile_lensnet_inference=1 compile LensNet at inference  (compile.lensnet.inference)
   --mc_compile_gistnet=1           compile GistNet, both contexts (compile.gistnet.*)
