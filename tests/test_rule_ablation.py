@@ -7,6 +7,7 @@ import pytest
 
 from mc.config import to_dict
 from mc.eval.rule_ablation import BASELINE_ARM, ablation_markdown, parse_arm, run_rule_ablation
+from mc.eval.stats import fmt_ci
 from scripts.mc_ablate import main as ablate_main
 from tests.test_eval import fake_run, tiny_cfg
 
@@ -36,8 +37,10 @@ def test_arms_read_the_same_documents_and_pair_per_document(tmp_path):
     assert len(same) == 2 and all(d["mean"] == 0.0 and d["lo"] == 0.0 == d["hi"] for d in same)
     assert {(d["arm"], d["task"], d["variant"]) for d in res["diffs"]} == {(a, t, "focused") for a in arms
                                                                            for t in res["tasks"]}
+    assert {(x["arm"], x["task"]) for x in res["leads"]} == {(BASELINE_ARM, t) for t in res["tasks"]}  # only arm with both
     md = ablation_markdown(res)
     assert "eval.draw_seed=11" in md and "| one iteration |" in md and f"| {BASELINE_ARM} (oracle) |" in md
+    assert f"LensNet minus salience, same documents and search [95% CI]: {BASELINE_ARM} " in md
 
 
 def test_salience_is_swept_and_paired_in_every_arm_when_asked(tmp_path):
@@ -53,8 +56,17 @@ def test_salience_is_swept_and_paired_in_every_arm_when_asked(tmp_path):
         (a, t, v) for a in arms for t in res["tasks"] for v in ("focused", "salience")}
     same = [d for d in res["diffs"] if d["arm"] == "same"]
     assert len(same) == 4 and all(d["mean"] == 0.0 and d["lo"] == 0.0 == d["hi"] for d in same)
+    # each arm's lead of the learned locator: focused minus salience on the same documents (one length here, so the
+    # paired mean is exactly the difference of the two cells' accuracies)
+    assert {(x["arm"], x["task"]) for x in res["leads"]} == {(a, t) for a in res["arms"] for t in res["tasks"]}
+    acc = {(c["arm"], c["task"], c["variant"]): c["accuracy"] for c in res["cells"]}
+    for x in res["leads"]:
+        assert x["mean"] == pytest.approx(acc[x["arm"], x["task"], "focused"] - acc[x["arm"], x["task"], "salience"])
+        assert x["n"] == 4 and x["lo"] <= x["mean"] <= x["hi"]
     md = ablation_markdown(res)
     assert "| one iteration (salience) |" in md and "| same (salience) |" in md
+    lead = next(x for x in res["leads"] if (x["arm"], x["task"]) == ("one iteration", "passkey"))
+    assert f"; one iteration {fmt_ci(lead)}" in md
 
 
 def test_bad_arms_are_refused():

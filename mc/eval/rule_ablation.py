@@ -10,7 +10,8 @@ one a report states: choosing rules on the reported documents would tune on the 
 By default only ``focused`` is swept per arm; ``all rules`` also sweeps ``salience`` and ``oracle`` for reference.
 The rules shape the salience rule's search too (it runs the same refocus), so ``salience=True`` sweeps it in every
 arm as well and pairs it like ``focused``: what a rule does to the learned locator's lead over the non-learned one.
-Each diff names its ``variant``.
+Each diff names its ``variant``. Each arm that swept both locators also reports that lead itself (focused minus
+salience on the same documents and search, ``leads``).
 """
 from __future__ import annotations
 
@@ -61,7 +62,8 @@ def run_rule_ablation(cfg: RunConfig, run_dir: str | Path, arms: dict[str, list[
                       progress: bool = False, salience: bool = False) -> dict:
     """The sweep of ``run_dir``'s nets once per arm (plus :data:`BASELINE_ARM`); ``cfg.eval.draw_seed`` must be
     set (the documents every arm reads). ``salience``: every arm also sweeps the salience rule, paired like
-    focused. Returns ``{draw_seed, arms, tasks, lengths, salience, cells, diffs, seconds}``."""
+    focused. Returns ``{draw_seed, arms, tasks, lengths, salience, cells, diffs, leads, seconds}``; ``leads``: per arm
+    that swept both (all rules always) and task, focused minus salience paired per document."""
     from mc.eval.evaluate import load_trained_controller  # noqa: PLC0415 - heavy imports only when run
     from mc.eval.long_range import run_long_range  # noqa: PLC0415
 
@@ -85,7 +87,7 @@ def run_rule_ablation(cfg: RunConfig, run_dir: str | Path, arms: dict[str, list[
         rows[name] = sweep["rows"]
     key = lambda r: (r["task"], r["length"], r["depth"], r["doc"])  # noqa: E731 - one document
     base = {key(r): r for r in rows[BASELINE_ARM]}
-    cells, diffs = [], []
+    cells, diffs, leads = [], [], []
     for name in configs:
         for task in sweep["tasks"]:
             for length in sweep["lengths"]:
@@ -94,14 +96,17 @@ def run_rule_ablation(cfg: RunConfig, run_dir: str | Path, arms: dict[str, list[
                     ci = proportion_ci([r["exact"][v] for r in sel])
                     cells.append({"arm": name, "task": task, "length": length, "variant": v, "accuracy": ci["mean"],
                                   "lo": ci["lo"], "hi": ci["hi"], "n": ci["n"]})
+            sel = [r for r in rows[name] if r["task"] == task]
             if name != BASELINE_ARM:
-                sel = [r for r in rows[name] if r["task"] == task]
                 for v in _arm_variants(name, salience):
                     d = paired_diff_ci([float(r["exact"][v]) for r in sel], [float(base[key(r)]["exact"][v]) for r in sel])
                     diffs.append({"arm": name, "task": task, "variant": v, "overrides": arms[name], **d})
+            if "salience" in _arm_variants(name, salience):  # the learned locator's lead under this arm's search
+                d = paired_diff_ci([float(r["exact"]["focused"]) for r in sel], [float(r["exact"]["salience"]) for r in sel])
+                leads.append({"arm": name, "task": task, **d})
     return {"draw_seed": cfg.eval.draw_seed, "arms": {BASELINE_ARM: [], **arms}, "tasks": sweep["tasks"],
             "lengths": sweep["lengths"], "base_window": sweep["base_window"], "salience": salience,
-            "cells": cells, "diffs": diffs,
+            "cells": cells, "diffs": diffs, "leads": leads,
             "seconds": round(time.time() - t0, 1)}
 
 
@@ -122,4 +127,8 @@ def ablation_markdown(res: dict) -> str:
                 out.append(f"| {label} | " + " | ".join(f"{c['accuracy']:.0%} ({c['n']})" for c in cs)
                            + f" | {fmt_ci(d) if d else '-'} |")
         out.append("")
+        leads = [x for x in res["leads"] if x["task"] == task]
+        if leads:
+            out += ["LensNet minus salience, same documents and search [95% CI]: "
+                    + "; ".join(f"{x['arm']} {fmt_ci(x)}" for x in leads), ""]
     return "\n".join(out)
