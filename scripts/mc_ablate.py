@@ -8,8 +8,8 @@ Runs the run's long-range sweep once with all its rules and once per arm (defaul
 preset switched off alone, mc.eval.rule_ablation.DEFAULT_ARMS), every arm on the same documents, and writes
 ``<run-dir>/eval/ablation.json`` and ``ablation.md`` (``--out`` picks another JSON path): focused accuracy per
 arm and length, and each arm's paired difference from all rules with a 95% interval (``--salience``: the
-salience rule's too, swept in every arm). ``key=value`` overrides
-apply to every arm (e.g. ``eval.long_range.multiples=[16,32]``). Without ``--draw-seed`` a fresh draw is
+salience rule's too, swept in every arm), and in each arm that swept both locators LensNet's lead over salience.
+``key=value`` overrides apply to every arm (e.g. ``eval.long_range.multiples=[16,32]``). Without ``--draw-seed`` a fresh draw is
 made and printed: use a validation draw, never the one a report states.
 
 Exit status: 0 done; 2 bad input (one line ``mc_ablate: error: ...``); 1 a file that cannot be written.

@@ -127,8 +127,7 @@ def ablation_markdown(res: dict) -> str:
                 out.append(f"| {label} | " + " | ".join(f"{c['accuracy']:.0%} ({c['n']})" for c in cs)
                            + f" | {fmt_ci(d) if d else '-'} |")
         out.append("")
-        leads = [x for x in res["leads"] if x["task"] == task]
-        if leads:
-            out += ["LensNet minus salience, same documents and search [95% CI]: "
-                    + "; ".join(f"{x['arm']} {fmt_ci(x)}" for x in leads), ""]
+        leads = [x for x in res["leads"] if x["task"] == task]  # all rules sweeps both locators: never empty
+        out += ["LensNet minus salience, same documents and search [95% CI]: "
+                + "; ".join(f"{x['arm']} {fmt_ci(x)}" for x in leads), ""]
     return "\n".join(out)
