@@ -86,9 +86,8 @@ class MCConfig:
     n_random_variants: int = 3  # random compressions per training sequence (plus one baseline)
     # Of those, on recall sequences: the queried record's path expanded first (capped at n_random_variants). 0 = off
     guided_variants: int = 0
-    # Of those, after the guided ones, on recall sequences with other records: a non-queried record's path expanded
-    # first (a layout where focus went to the wrong record; the focus loss still ranks the queried record's gist
-    # first). guided_variants + decoy_variants <= n_random_variants. 0 = off (obsidian Variant Sampler, "Decoys")
+    # Of those, after the guided ones, on recall sequences with other records: another record's path expanded first
+    # (focus gone wrong). guided_variants + decoy_variants <= n_random_variants. 0 = off (obsidian Variant Sampler)
     decoy_variants: int = 0
     focus_loss_weight: float = 0.0  # recall sequences: weight of the loss ranking the record's gist first (0 = off)
     index_loss_weight: float = 0.0  # recall sequences: the token index's match put on the queried record (0 = off)
@@ -117,9 +116,9 @@ class AllocatorInferenceConfig:
     max_edits: int = 4  # edits applied per iteration at most
     edit_budget: int = 0  # edits per refocus at most, over all its iterations (0 = iterations * max_edits)
     refocus_interval: int = 32  # tokens appended between refocuses
-    # paths a refocus tries: 1 = LensNet's zoom alone; b > 1 also zooms each of the next b - 1 highest-scored gists
-    # (same start, same edit budget) and keeps the layout under which the base model best predicts the newest
-    # branch_tail_tokens tokens. Costs b times the LensNet calls plus b base forwards per refocus (obsidian Focus Allocator).
+    # paths a refocus tries: 1 = LensNet's zoom alone; b > 1 also zooms each of the next b - 1 highest-scored gists (same
+    # start and edit budget) and keeps the layout under which the base best predicts the newest branch_tail_tokens
+    # tokens: b times the LensNet calls plus b base forwards per refocus (obsidian Focus Allocator).
     branches: int = 1
     branch_tail_tokens: int = 8  # newest tokens whose log-likelihood ranks the branches; < mc.recent_tokens (LOD0 tail)
     # nats: another path replaces LensNet's own zoom only when it fits those tokens better by this much. Small
@@ -129,8 +128,8 @@ class AllocatorInferenceConfig:
     # continuation of this many tokens under it: a question that names nothing (a passkey) fits every layout alike,
     # the base's sureness of what comes next does not (obsidian Focus Allocator, "Lookahead fit"). 0 = off.
     branch_lookahead: int = 0
-    # With branches > 1 and descend_first: the branches also zoom each child LensNet's own zoom passed over when it
-    # descended (the runner-up under each gist it opened; obsidian Focus Allocator, "Sibling branches"). false = off.
+    # With branches > 1 and descend_first: the branches also zoom the runner-up child under each gist LensNet's own zoom
+    # opened (obsidian Focus Allocator, "Sibling branches"). false = off.
     branch_siblings: bool = False
     # With branches > 1: the starting layout (no edit) is a candidate too, tried last: a zoom trades the cheapest
     # groups, which can be the question's record at LOD0 (obsidian Focus Allocator, "Unchanged branch"). false = off.
@@ -208,16 +207,13 @@ class RecallConfig:
     key_len: int = 4
     value_len: int = 4
     records_region: float = 0.25  # records sit in the first this-fraction of the document
-    # Stage 1 only: > 0 makes each recall row a document of a random length in [this, max_seq_len], then filler
-    stage1_min_tokens: int = 0  # (the copy at any absolute position); 0 = full-length rows, as in stage 2 and eval
+    stage1_min_tokens: int = 0  # stage 1: > 0 = recall rows of a random length in [this, max_seq_len], then filler
     stage2_records_region: float = 0.0  # stage 2 only: > 0 replaces records_region (records anywhere in a history)
     stage2_n_records: int = 0  # stage 2 only: > 0 replaces n_records (one queried among several: match the key)
     # Stage 1 only: weight of an extra loss on the recall rows' query tokens (key, separator, answer), added to the
     # next-token loss so the base learns the key copy too; 0 = off (obsidian Training, "Query loss").
     stage1_query_weight: float = 0.0
-    # The filler (mc.data.haystack; obsidian Data, "Haystacks, templates and decoys"): "words" = lowercase
-    # pseudo-text, "corpus" = the run's corpus (train split in training, val split in evaluation).
-    haystack: str = "words"
+    haystack: str = "words"  # filler (obsidian Data): "words" (lowercase pseudo-text) or "corpus" (train / val split)
     # Record templates, "{k}" then "{v}" at the end, each document draws one; "{s}" between them is a separator drawn
     # per document (mc.data.haystack.draw_separator). The query repeats the text up to "{v}".
     templates: list[str] = field(default_factory=lambda: ["{k}={v}"])
@@ -298,6 +294,7 @@ class LongRangeConfig:
     n_needles: int = 4  # records in a multi_needle document (one queried, the rest distractors)
     variants: list[str] = field(default_factory=lambda: list(LONG_RANGE_VARIANTS))
     budget: int = 0  # entries every variant reads at (0 = mc.max_entries); the same nets, read eagerly
+    workers: int = 1  # CPU processes (one thread each) the documents are split across (obsidian Evaluation)
 
 
 @dataclass

@@ -296,6 +296,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         _fail("eval.long_range.dense_multiples", list(lr.dense_multiples),
               f"each must be one of eval.long_range.multiples {list(lr.multiples)}")
     _positive("eval.long_range.n_needles", lr.n_needles)
+    _positive("eval.long_range.workers", lr.workers)
     for key, allowed in (("tasks", LONG_TASKS), ("variants", LONG_RANGE_VARIANTS)):
         for v in getattr(lr, key):
             _choice(f"eval.long_range.{key}", v, allowed)

@@ -53,6 +53,7 @@ from mc.eval.draws import draw_seed
 from mc.eval.focus_policies import oracle_refocus, random_refocus, salience_refocus, span_scores
 from mc.eval.read_budget import at_budget
 from mc.eval.stats import proportion_ci
+from mc.eval.sweep_workers import read_in_workers
 
 SEED_OFFSET = 1_000_000  # sweep documents never share a seed with training or the main evaluation
 
@@ -121,6 +122,51 @@ def docs_per_cell(cfg: RunConfig, length: int) -> int:
     return lr.dense_n_per_cell if length // cfg.model.max_seq_len in lr.dense_multiples else lr.n_per_cell
 
 
+class _DocReader:
+    """Reads one sweep document every way (``self(combo) -> row``); what :func:`read_in_workers` calls, in this
+    process or in a forked worker."""
+
+    def __init__(self, ctrl: MCController, cfg: RunConfig, tasks: dict, variants: list[str], tok, haystack) -> None:
+        self.ctrl, self.cfg, self.tasks, self.variants, self.tok, self.haystack = ctrl, cfg, tasks, variants, tok, haystack
+
+    def __call__(self, combo: tuple[str, int, float, int]) -> dict:
+        ctrl, cfg, tok = self.ctrl, self.cfg, self.tok
+        lr, rc, budget = cfg.eval.long_range, cfg.data.recall, cfg.mc.max_entries
+        name, length, depth, k = combo
+        task, template = self.tasks[name]
+        seed = SEED_OFFSET + draw_seed(cfg) * 10_000 + k
+        doc_depth = needle_depth(depth, lr.depth_jitter, seed)
+        doc = make_long_doc(task, length, doc_depth, seed, key_len=rc.key_len, value_len=rc.value_len,
+                            n_needles=lr.n_needles, tokenizer=tok, template=template or rc.templates[k % len(rc.templates)],
+                            haystack=self.haystack, near_decoys=rc.near_decoys,
+                            exclude=[rc.eval_template] if rc.eval_template else ())
+        row = {"task": name, "template": doc.template, "length": length, "depth": depth, "needle_depth": round(doc_depth, 6),
+               "needle_start": doc.queried_span[0], "doc": k, "answer": doc.answer,
+               "exact": {}, "said": {}, "edits": {}, "needle_lod": {}}
+        # a wrong answer that is another record's value: the base copied a decoy (multi-needle), not noise
+        decoys = {v for i, v in enumerate(doc.values) if i != doc.answer_record and v != doc.answer}
+        truth = doc.ids[-rc.value_len:]
+        lensnet_edits, start = 0, None
+        for variant in self.variants:
+            if variant == "recency":
+                read = lod0_answer(ctrl.base, doc.ids, window=budget, value_len=rc.value_len)
+                row["said"][variant], row["exact"][variant] = tok.decode(read["predicted"]), read["exact"]
+                continue
+            if start is None:  # the prompt is gisted once per document; each variant starts from a copy
+                start = ctrl.begin_session(doc.ids[:-rc.value_len]).snapshot()
+            gen = torch.Generator().manual_seed(SEED_OFFSET + k)
+            said, edits, lod = _answer(ctrl, start, truth, variant, lensnet_edits,
+                                       doc.queried_span, gen, (doc.query_start, doc.ids.numel() - rc.value_len))
+            exact = said == truth.tolist()
+            row["said"][variant] = tok.decode(said)
+            if variant == "focused":
+                lensnet_edits = edits
+                row["branch"] = ctrl.session.refocus_log[-1].branch  # 0: LensNet's own path (allocator.inference.branches)
+            row["exact"][variant], row["edits"][variant], row["needle_lod"][variant] = exact, edits, lod
+        row["copied_decoy"] = {v: row["said"][v].strip() in decoys for v in row["said"]}
+        return row
+
+
 def run_long_range(ctrl: MCController, cfg: RunConfig, *, progress: bool = False) -> dict:
     """The sweep (see the module docstring); ``{}`` when ``eval.long_range.multiples`` is empty."""
     lr = cfg.eval.long_range
@@ -139,47 +185,12 @@ def run_long_range(ctrl: MCController, cfg: RunConfig, *, progress: bool = False
     except ImportError:  # pragma: no cover - tqdm is a dependency
         bar = None
     t0 = time.time()
-    rows = []
     tok = tokenizer_for(cfg.model)  # bytes, or the model=hf base's own tokenizer
-    haystack = corpus_haystack(cfg.data, "val", tok)  # None: the word filler
-    for name, length, depth, k in combos:
-        task, template = tasks[name]
-        if length <= budget:
-            raise ValueError(f"long-range length {length} is not longer than the read budget {budget}; "
-                             "raise eval.long_range.multiples")
-        seed = SEED_OFFSET + draw_seed(cfg) * 10_000 + k
-        doc_depth = needle_depth(depth, lr.depth_jitter, seed)
-        doc = make_long_doc(task, length, doc_depth, seed, key_len=rc.key_len, value_len=rc.value_len,
-                            n_needles=lr.n_needles, tokenizer=tok, template=template or rc.templates[k % len(rc.templates)],
-                            haystack=haystack, near_decoys=rc.near_decoys,
-                            exclude=[rc.eval_template] if rc.eval_template else ())
-        row = {"task": name, "template": doc.template, "length": length, "depth": depth, "needle_depth": round(doc_depth, 6),
-               "needle_start": doc.queried_span[0], "doc": k, "answer": doc.answer,
-               "exact": {}, "said": {}, "edits": {}, "needle_lod": {}}
-        # a wrong answer that is another record's value: the base copied a decoy (multi-needle), not noise
-        decoys = {v for i, v in enumerate(doc.values) if i != doc.answer_record and v != doc.answer}
-        truth = doc.ids[-rc.value_len:]
-        lensnet_edits, start = 0, None
-        for variant in variants:
-            if variant == "recency":
-                read = lod0_answer(ctrl.base, doc.ids, window=budget, value_len=rc.value_len)
-                row["said"][variant], row["exact"][variant] = tok.decode(read["predicted"]), read["exact"]
-                continue
-            if start is None:  # the prompt is gisted once per document; each variant starts from a copy
-                start = ctrl.begin_session(doc.ids[:-rc.value_len]).snapshot()
-            gen = torch.Generator().manual_seed(SEED_OFFSET + k)
-            said, edits, lod = _answer(ctrl, start, truth, variant, lensnet_edits,
-                                       doc.queried_span, gen, (doc.query_start, doc.ids.numel() - rc.value_len))
-            exact = said == truth.tolist()
-            row["said"][variant] = tok.decode(said)
-            if variant == "focused":
-                lensnet_edits = edits
-                row["branch"] = ctrl.session.refocus_log[-1].branch  # 0: LensNet's own path (allocator.inference.branches)
-            row["exact"][variant], row["edits"][variant], row["needle_lod"][variant] = exact, edits, lod
-        row["copied_decoy"] = {v: row["said"][v].strip() in decoys for v in row["said"]}
-        rows.append(row)
-        if bar is not None:
-            bar.update(1)
+    reader = _DocReader(ctrl, cfg, tasks, variants, tok, corpus_haystack(cfg.data, "val", tok))  # haystack None: words
+    if min(long_range_lengths(cfg)) <= budget:
+        raise ValueError(f"long-range length {min(long_range_lengths(cfg))} is not longer than the read budget "
+                         f"{budget}; raise eval.long_range.multiples")
+    rows = read_in_workers(reader, combos, lr.workers, bar)
     if bar is not None:
         bar.close()
     cells = []
