@@ -134,6 +134,9 @@ class AllocatorInferenceConfig:
     # With branches > 1: the starting layout (no edit) is a candidate too, tried last: a zoom trades the cheapest
     # groups, which can be the question's record at LOD0 (obsidian Focus Allocator, "Unchanged branch"). false = off.
     branch_unchanged: bool = False
+    # With branches > 1: only a session of at most this many tokens zooms other paths; a longer one keeps LensNet's zoom
+    # or (branch_unchanged) no edit (obsidian Focus Allocator, "Short histories branch"). 0 = any length.
+    branch_max_tokens: int = 0
     # once a zoom has opened a block to LOD0, its next expansion is the bordering gist LensNet scores highest: a record
     # across two blocks is opened whole (obsidian Focus Allocator, "Edge first").
     edge_first: bool = False

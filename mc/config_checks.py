@@ -171,6 +171,10 @@ def validate(cfg: RunConfig) -> RunConfig:
         _fail("allocator.inference.branch_unchanged", True, "needs allocator.inference.branches >= 2 (the unchanged "
               "layout is kept by the branches' rule); set branches or drop it")
     _positive("allocator.inference.branch_lookahead", al.inference.branch_lookahead, 0, " (0 = off)")
+    _positive("allocator.inference.branch_max_tokens", al.inference.branch_max_tokens, 0, " (0 = any length)")
+    if al.inference.branch_max_tokens and al.inference.branches < 2:
+        _fail("allocator.inference.branch_max_tokens", al.inference.branch_max_tokens, "needs allocator.inference."
+              "branches >= 2 (it says which sessions branch); set branches or use 0")
     if al.inference.branch_lookahead and al.inference.branches < 2:
         _fail("allocator.inference.branch_lookahead", al.inference.branch_lookahead, "needs allocator.inference."
               "branches >= 2 (it scores the candidate layouts of a branched refocus); set branches or use 0")

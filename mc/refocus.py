@@ -29,7 +29,9 @@ helpers stay the only call sites of the (possibly compiled) nets.
   same rule, so a refocus does not trade away a detail the question already reads (obsidian Focus Allocator,
   "Unchanged branch"); with ``allocator.inference.branch_lookahead = n > 0`` each candidate's fit also counts the
   base's own greedy continuation of n tokens under it (:func:`lookahead_fit`), so a question that names nothing is
-  told apart by how sure the base is of its answer (obsidian Focus Allocator, "Lookahead fit").
+  told apart by how sure the base is of its answer (obsidian Focus Allocator, "Lookahead fit"); with
+  ``allocator.inference.branch_max_tokens = n > 0`` only a session of at most n tokens zooms other paths; a
+  longer one's refocus is LensNet's zoom alone, or that zoom against the unchanged layout (:func:`branches_here`).
 """
 from __future__ import annotations
 
@@ -179,21 +181,30 @@ def _lift_child(s: InferenceSession, scores: Tensor, edits) -> tuple[Tensor, tup
     return lifted, wc.span(ranked[1]) if len(ranked) > 1 else None
 
 
+def branches_here(inf: AllocatorInferenceConfig, num_tokens: int) -> bool:
+    """Whether a refocus of a session holding ``num_tokens`` tokens branches: ``branches > 1`` and, with
+    ``branch_max_tokens > 0``, a history no longer than that (past it the other zoom paths stopped reading more
+    documents than LensNet's zoom alone; obsidian Focus Allocator, "Short histories branch"). The unchanged layout
+    (``branch_unchanged``) stays a candidate at every length."""
+    return inf.branches > 1 and (inf.branch_max_tokens == 0 or num_tokens <= inf.branch_max_tokens)
+
+
 def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn) -> RefocusRecord:
     """A whole refocus (see the module docstring): zoom, branches, one cooldown tick. Returns its record
     (``branch``: the path kept; ``branch_fits``: per path tried, empty with one branch)."""
     inf = s.cfg.allocator.inference
+    branched = branches_here(inf, s.num_tokens)  # other zoom paths; the unchanged layout is a candidate at any length
     start_wc, start_allocator = s.wc.copy(), s.allocator.copy()
     # the base's fit of the newest tokens before any edit: the unchanged layout's candidacy
     start_fit = tail_fit_fn() if inf.branches > 1 and inf.branch_unchanged else None
     record, first_scores = zoom(s, scores_fn)
-    if inf.branches > 1 and first_scores:
+    if (branched or start_fit is not None) and first_scores:
         record.branch_fits = [tail_fit_fn()]
         margin = inf.branch_margin
         kept, kept_fit = (record, s.wc, s.allocator), record.branch_fits[0] + margin
         gists = sorted((i for i in range(len(start_wc)) if start_wc[i][0] > 0), key=lambda i: -first_scores[i])
-        spans = [start_wc.span(i) for i in gists[1:inf.branches]]
-        if inf.branch_siblings:  # then the children LensNet's zoom passed over, top down
+        spans = [start_wc.span(i) for i in gists[1:inf.branches]] if branched else []
+        if branched and inf.branch_siblings:  # then the children LensNet's zoom passed over, top down
             spans += record.passed_over
         for span in spans:
             s.wc, s.allocator = start_wc.copy(), start_allocator.copy()

@@ -282,3 +282,53 @@ def test_lookahead_reads_through_a_real_model_adapter(tmp_path, monkeypatch):
         outs.append(ctrl.generate(40, use_cache=use_cache))
         assert len(ctrl.session.refocus_log) >= 1 and len(ctrl.session.refocus_log[-1].branch_fits) >= 3
     assert torch.equal(outs[0], outs[1])
+
+
+def _short_branching(max_tokens: int, unchanged: bool = False):
+    torch.manual_seed(0)
+    return build_controller(load_config(OVERRIDES + ["allocator.inference.branches=3",
+                                                     f"allocator.inference.branch_max_tokens={max_tokens}",
+                                                     f"allocator.inference.branch_unchanged={str(unchanged).lower()}"]),
+                            device=torch.device("cpu"))
+
+
+def test_only_short_histories_branch(monkeypatch):
+    """branch_max_tokens: a session up to that length branches as before; past it the refocus is LensNet's zoom
+    alone, the very layout and edits a one-branch controller with the same weights makes."""
+    short = _short_branching(600)  # the 600-token prompt is not longer: it branches
+    short.begin_session(_prompt(2))
+    assert len(short.refocus().branch_fits) == 3
+    plain, long_ = _controller(1), _short_branching(599)
+    plain.begin_session(_prompt(2))
+    long_.begin_session(_prompt(2))
+    monkeypatch.setattr(long_, "_tail_fit", lambda: pytest.fail("a session past branch_max_tokens measured a fit"))
+    rec, own = long_.refocus(), plain.refocus()
+    assert rec.branch == 0 and rec.branch_fits == [] and rec.edits
+    assert long_.session.wc.entries == plain.session.wc.entries
+    assert [(e.kind, e.entry) for e in rec.edits] == [(e.kind, e.entry) for e in own.edits]
+
+
+@pytest.mark.parametrize("fits, kept", [([-3.0, -5.0], 0), ([-5.0, -3.0], 1), ([-4.0, -4.0], 0)])
+def test_past_branch_max_tokens_the_unchanged_layout_still_competes(monkeypatch, fits, kept):
+    """With branch_unchanged, a long session weighs LensNet's zoom against no edit (ties keep the zoom), and
+    zooms no other path."""
+    plain, ctrl = _controller(1), _short_branching(599, unchanged=True)
+    plain.begin_session(_prompt(4))
+    ctrl.begin_session(_prompt(4))
+    start, seq = list(ctrl.session.wc.entries), iter([fits[1], fits[0]])  # the start's fit is measured first
+    monkeypatch.setattr(ctrl, "_tail_fit", lambda: next(seq))
+    rec, own = ctrl.refocus(), plain.refocus()
+    assert rec.branch_fits == fits and rec.branch == kept
+    if kept == 0:
+        assert ctrl.session.wc.entries == plain.session.wc.entries and len(rec.edits) == len(own.edits) > 0
+    else:
+        assert ctrl.session.wc.entries == start and rec.edits == []
+
+
+@pytest.mark.parametrize("extra, match", [
+    (["allocator.inference.branches=1", "allocator.inference.branch_max_tokens=512"], "needs allocator.inference.branches"),
+    (["allocator.inference.branches=3", "allocator.inference.branch_max_tokens=-1"], "branch_max_tokens"),
+    (["allocator.inference.branches=3", "allocator.inference.branch_max_tokens=1.5"], "branch_max_tokens")])
+def test_branch_max_tokens_is_checked(extra, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(OVERRIDES + extra)
