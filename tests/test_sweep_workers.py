@@ -72,3 +72,36 @@ def test_workers_must_be_a_positive_integer(bad):
     cfg.eval.long_range.workers = bad
     with pytest.raises(ConfigError, match="eval.long_range.workers"):
         validate(cfg)
+
+
+def test_a_compiled_net_keeps_the_sweep_in_one_process():
+    """Dynamo guards on the thread count: a one-thread worker calling a net compiled (and frozen) at two threads
+    would be a recompile. With LensNet compiled for inference the sweep says so and reads in one process, with the
+    same rows and no recompile (a fresh interpreter: Dynamo's state is process-global)."""
+    from _subproc import MARK, run_script  # noqa: PLC0415 - shared fresh-interpreter runner (tests/_subproc.py)
+
+    res = run_script(f"""
+        import contextlib, io, json, sys, torch
+        sys.path.insert(0, "tests")
+        torch.set_num_threads(2)  # the runner's environment gives one; the guard needs a change to trip
+        from test_eval import tiny_cfg
+        from mc.build import build_controller
+        from mc.config_checks import validate
+        from mc.eval.long_range import run_long_range
+        cfg = tiny_cfg(n_docs=1)
+        lr = cfg.eval.long_range
+        lr.multiples, lr.depths, lr.n_per_cell, lr.n_needles = [2], [0.1, 0.9], 2, 3
+        cfg.compile.lensnet.inference = "default"
+        torch.manual_seed(0)
+        ctrl = build_controller(validate(cfg), device="cpu")
+        ctrl.warmup()
+        one = run_long_range(ctrl, cfg)
+        lr.workers = 2
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            two = run_long_range(ctrl, validate(cfg))
+        print("{MARK}" + json.dumps({{"same": two["rows"] == one["rows"], "n": len(one["rows"]), "said": err.getvalue(),
+                                      "threads": torch.get_num_threads()}}))
+    """, timeout=600)
+    assert res["same"] and res["n"] == 2 * 2 * 2 and res["threads"] == 2
+    assert "workers=2: reading in this process only, a net is compiled for inference" in res["said"]

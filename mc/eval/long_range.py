@@ -190,7 +190,11 @@ def run_long_range(ctrl: MCController, cfg: RunConfig, *, progress: bool = False
     if min(long_range_lengths(cfg)) <= budget:
         raise ValueError(f"long-range length {min(long_range_lengths(cfg))} is not longer than the read budget "
                          f"{budget}; raise eval.long_range.multiples")
-    rows = read_in_workers(reader, combos, lr.workers, bar)
+    # a compiled net's guards include the thread count, which each worker sets to 1 (mc.eval.sweep_workers)
+    compiled = cfg.compile.is_on("inference") or cfg.compile.decode != "off"
+    rows = read_in_workers(reader, combos, lr.workers, bar,
+                           serial_reason="a net is compiled for inference (a one-thread worker would recompile it)"
+                           if compiled else "")
     if bar is not None:
         bar.close()
     cells = []

@@ -6,8 +6,9 @@ cores W processes of one thread each read W documents at once (obsidian Evaluati
 are forked from the evaluating process, so they share its nets as they are (nothing is rebuilt or reloaded), and
 each document is read exactly as in process: the same code, nets and seeds, the rows returned in the sweep's order.
 A worker that raises or dies fails the whole sweep with its error; no document is dropped. Under CUDA (a forked
-process cannot use its parent's CUDA context) or where ``fork`` does not exist, one line says so and the sweep
-reads in this process.
+process cannot use its parent's CUDA context), where ``fork`` does not exist, or with a net compiled for inference
+(Dynamo guards on the thread count, so a one-thread worker would be a recompile after the freeze; two threads per
+process on two cores read 2.3x slower than one process), one line says so and the sweep reads in this process.
 """
 from __future__ import annotations
 
@@ -48,11 +49,13 @@ def _worker(read: Callable[[Any], dict], items: Sequence, idx: list[int], send, 
         send.close()
 
 
-def read_in_workers(read: Callable[[Any], dict], items: Sequence, workers: int, bar=None) -> list[dict]:
-    """``[read(x) for x in items]``, in ``workers`` processes (this one included) when that is more than 1 and
-    the process may fork. ``bar`` (a tqdm bar or None) counts every process's documents."""
+def read_in_workers(read: Callable[[Any], dict], items: Sequence, workers: int, bar=None, *,
+                    serial_reason: str = "") -> list[dict]:
+    """``[read(x) for x in items]``, in ``workers`` processes (this one included) when that is more than 1, the
+    process may fork and the caller gives no ``serial_reason`` (why its reads must stay in this process). ``bar`` (a
+    tqdm bar or None) counts every process's documents."""
     n = min(workers, len(items))
-    why_not = _fork_ok() if n > 1 else ""
+    why_not = (serial_reason or _fork_ok()) if n > 1 else ""
     if why_not:
         print(f"[eval] eval.long_range.workers={workers}: reading in this process only, {why_not}", file=sys.stderr)
     if n <= 1 or why_not:
