@@ -248,8 +248,11 @@ def test_with_lookahead_each_path_is_fitted_on_its_tail_and_its_continuation(mon
 @pytest.mark.parametrize("extra, match", [
     (["allocator.inference.branches=1", "allocator.inference.branch_lookahead=3"], "needs allocator.inference.branches"),
     (["allocator.inference.branches=2", "allocator.inference.branch_lookahead=-1"], "branch_lookahead"),
-    (["allocator.inference.branches=2", "allocator.inference.branch_lookahead=true"], "branch_lookahead")])
-def test_branch_lookahead_is_checked(extra, match):
+    (["allocator.inference.branches=2", "allocator.inference.branch_lookahead=true"], "branch_lookahead"),
+    (["allocator.inference.branches=1", "allocator.inference.branch_max_tokens=512"], "needs allocator.inference.branches"),
+    (["allocator.inference.branches=3", "allocator.inference.branch_max_tokens=-1"], "branch_max_tokens"),
+    (["allocator.inference.branches=3", "allocator.inference.branch_max_tokens=1.5"], "branch_max_tokens")])
+def test_branch_lookahead_and_max_tokens_are_checked(extra, match):
     with pytest.raises(ConfigError, match=match):
         load_config(OVERRIDES + extra)
 
@@ -323,12 +326,3 @@ def test_past_branch_max_tokens_the_unchanged_layout_still_competes(monkeypatch,
         assert ctrl.session.wc.entries == plain.session.wc.entries and len(rec.edits) == len(own.edits) > 0
     else:
         assert ctrl.session.wc.entries == start and rec.edits == []
-
-
-@pytest.mark.parametrize("extra, match", [
-    (["allocator.inference.branches=1", "allocator.inference.branch_max_tokens=512"], "needs allocator.inference.branches"),
-    (["allocator.inference.branches=3", "allocator.inference.branch_max_tokens=-1"], "branch_max_tokens"),
-    (["allocator.inference.branches=3", "allocator.inference.branch_max_tokens=1.5"], "branch_max_tokens")])
-def test_branch_max_tokens_is_checked(extra, match):
-    with pytest.raises(ConfigError, match=match):
-        load_config(OVERRIDES + extra)
