@@ -175,6 +175,10 @@ def run_long_range(ctrl: MCController, cfg: RunConfig, *, progress: bool = False
     ctrl, cfg = at_budget(ctrl, cfg, lr.budget)
     rc = cfg.data.recall
     budget = cfg.mc.max_entries
+    shortest = min(long_range_lengths(cfg))
+    if shortest <= budget:
+        raise ValueError(f"long-range length {shortest} is not longer than the read budget {budget}; "
+                         "raise eval.long_range.multiples")
     variants = [v for v in LONG_RANGE_VARIANTS if v in lr.variants]  # "focused" before "random": it sets the count
     tasks = sweep_tasks(cfg)
     combos = [(t, n, d, k) for t in tasks for n in long_range_lengths(cfg) for d in lr.depths
@@ -187,9 +191,6 @@ def run_long_range(ctrl: MCController, cfg: RunConfig, *, progress: bool = False
     t0 = time.time()
     tok = tokenizer_for(cfg.model)  # bytes, or the model=hf base's own tokenizer
     reader = _DocReader(ctrl, cfg, tasks, variants, tok, corpus_haystack(cfg.data, "val", tok))  # haystack None: words
-    if min(long_range_lengths(cfg)) <= budget:
-        raise ValueError(f"long-range length {min(long_range_lengths(cfg))} is not longer than the read budget "
-                         f"{budget}; raise eval.long_range.multiples")
     # a compiled net's guards include the thread count, which each worker sets to 1 (mc.eval.sweep_workers)
     compiled = cfg.compile.is_on("inference") or cfg.compile.decode != "off"
     rows = read_in_workers(reader, combos, lr.workers, bar,

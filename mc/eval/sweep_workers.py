@@ -34,6 +34,11 @@ def _tick(done, bar) -> None:
         bar.update(done.value - bar.n)
 
 
+def _died(w: int, n: int, p) -> RuntimeError:
+    return RuntimeError(f"sweep worker {w} of {n} died (exit code {p.exitcode}) before returning its documents; "
+                        "rerun with eval.long_range.workers=1 to read in one process")
+
+
 def _worker(read: Callable[[Any], dict], items: Sequence, idx: list[int], send, done) -> None:
     torch.set_num_threads(1)  # the parent and its siblings use the other cores
     try:
@@ -88,14 +93,12 @@ def read_in_workers(read: Callable[[Any], dict], items: Sequence, workers: int, 
             while not recv.poll(0.5):
                 _tick(done, bar)
                 if not p.is_alive() and not recv.poll():
-                    raise RuntimeError(f"sweep worker {w} of {n} died (exit code {p.exitcode}) before returning its "
-                                       "documents; rerun with eval.long_range.workers=1 to read in one process")
+                    raise _died(w, n, p)
             try:
                 kind, payload = recv.recv()
             except EOFError:
                 p.join()
-                raise RuntimeError(f"sweep worker {w} of {n} died (exit code {p.exitcode}) before returning its "
-                                   "documents; rerun with eval.long_range.workers=1 to read in one process") from None
+                raise _died(w, n, p) from None
             if kind == "error":
                 raise RuntimeError(f"sweep worker {w} of {n} failed:\n{payload}")
             rows.update(payload)
