@@ -51,15 +51,24 @@ def test_session_match_is_each_entrys_best_token_match_and_follows_rollbacks(que
     ctrl.session_scores(s)  # fills the key cache for 100 tokens
     snap = s.snapshot()
     ctrl.append(ids[100:], refocus=False)
-    for _ in range(2):  # the cache extended; then rolled back and replaced by other tokens: recomputed, not trusted
+
+    def check():
         mwc = s.materialize()
         got = session_match(index, s, mwc, block_size=mc.block_size, recent_tokens=mc.recent_tokens)[: mwc.length]
         ref = _reference(index, ctrl.base.embed(s.history()[None])[0], mc.recent_tokens)
         want = _entry_max(ref, [s.wc.span(i) for i in range(len(s.wc))])
         assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
         assert torch.count_nonzero(got) == len(s.wc)
+
+    for _ in range(2):  # the cache extended; then rolled back and replaced by other tokens: recomputed, not trusted
+        check()
+        group = next(iter(s.wc.collapsible()))
+        s.wc.collapse(group)  # another layout of the same history: the match table made for it is read again
+        check()
         s.restore(snap)
         ctrl.append(torch.flip(ids[100:], [0]) + 1, refocus=False)
+    s.restore(snap)
+    check()  # the shorter history of the snapshot: its own table, not the longer one's
 
 
 @pytest.mark.parametrize("query", ["pooled", "twin"])

@@ -142,6 +142,10 @@ class SessionKeys:
         self.ids = torch.zeros(0, dtype=torch.long)
         self.feats: Tensor | None = None  # [n, d] the window ending at each token (the query pools the tail's)
         self.keys: Tensor | None = None  # [n, d]
+        # The flat table of the last match (every tree node's best token match) and what it was made from: a refocus
+        # scores one unchanged history many times (each allocator iteration of each zoom path), and at 256x the
+        # window the match over every token was ~1/7 of a sweep document's time.
+        self.table: tuple[tuple, Tensor, Tensor] | None = None  # (key, flat [sum of level sizes], offsets [L + 1])
 
     @torch.no_grad()
     def update(self, index: TokenIndex, ids: Tensor, embeds_nd: Tensor) -> tuple[Tensor, Tensor]:
@@ -158,20 +162,34 @@ class SessionKeys:
             self.feats = feats if self.feats is None else torch.cat([self.feats[:keep], feats])
             self.keys = keys if self.keys is None else torch.cat([self.keys[:keep], keys])
             self.ids = ids.clone()
+            self.table = None  # made from tokens that are no longer the history's
         return self.feats[:n], self.keys[:n]
+
+    @torch.no_grad()
+    def match_table(self, index: TokenIndex, n: int, *, block_size: int, max_lod: int, recent_tokens: int
+                    ) -> tuple[Tensor, Tensor]:
+        """The match of the first ``n`` tokens (after :meth:`update` with that history) with the query pooled from
+        their last ``recent_tokens`` windows, as one flat table of every level's node maxima and each level's first
+        row: made once per history, reused until :meth:`update` sees another."""
+        key = (n, block_size, max_lod, recent_tokens)
+        if self.table is None or self.table[0] != key:
+            feats, keys = self.feats[:n], self.keys[:n]
+            query = index.pooled_query(feats[None, -recent_tokens:])[0]
+            levels = span_max_levels(index.match(keys[None], query[None]), block_size, max_lod)
+            sizes = torch.tensor([lv.shape[1] for lv in levels], device=keys.device)
+            self.table = (key, torch.cat([lv[0] for lv in levels]), torch.cumsum(sizes, 0) - sizes)
+        return self.table[1], self.table[2]
 
 
 @torch.no_grad()
 def session_match(index: TokenIndex, session, mwc, *, block_size: int, recent_tokens: int) -> Tensor:
     """``[bucket]`` match of ``mwc``'s entries (a materialised working context of ``session``, an
     :class:`mc.session.InferenceSession`), 0 on padding."""
-    feats, keys = session.index_keys.update(index, session.history(), session.tree.level(0))  # [N, d] each
-    query = index.pooled_query(feats[None, -recent_tokens:])[0]
+    history = session.history()
+    session.index_keys.update(index, history, session.tree.level(0))
     max_lod = session.wc.max_lod  # host state: no read of mwc.lods
-    levels = span_max_levels(index.match(keys[None], query[None]), block_size, max_lod)
-    sizes = torch.tensor([lv.shape[1] for lv in levels], device=keys.device)
-    offsets = torch.cumsum(sizes, 0) - sizes  # [L + 1] first row of each level in the flat table
-    flat = torch.cat([lv[0] for lv in levels])
+    flat, offsets = session.index_keys.match_table(index, history.shape[0], block_size=block_size, max_lod=max_lod,
+                                                   recent_tokens=recent_tokens)  # offsets [L + 1]: each level's first row
     lods = mwc.lods.clamp(0, max_lod)
     start, width = entry_spans(mwc.positions, lods, block_size)
     at = (offsets[lods] + start // width).clamp(0, flat.shape[0] - 1)  # padding (lod 0, position 0) reads row 0
