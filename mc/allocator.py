@@ -128,11 +128,6 @@ class FocusAllocator:
         new._expanded_into, new._collapsed_into = dict(self._expanded_into), dict(self._collapsed_into)
         return new
 
-    def state_key(self) -> tuple:
-        """A hashable summary of the cooldown state (clock and marks): two allocators with equal keys block the
-        same edits, so a layout's behaviour under later appends depends on the working context and this key only."""
-        return self.clock, tuple(sorted(self._expanded_into.items())), tuple(sorted(self._collapsed_into.items()))
-
     # ------------------------------------------------------------------ cooldown
 
     def _cooling(self, marks: dict[Entry, int], node: Entry) -> bool:

@@ -189,29 +189,12 @@ def branches_here(inf: AllocatorInferenceConfig, num_tokens: int) -> bool:
     return inf.branches > 1 and (inf.branch_max_tokens == 0 or num_tokens <= inf.branch_max_tokens)
 
 
-def _once_per_layout(s: InferenceSession, tail_fit_fn: TailFitFn) -> TailFitFn:
-    """``tail_fit_fn`` read once per distinct candidate of one refocus. Why: two zoom paths often end in the same
-    layout (a branch whose gist LensNet's own zoom opened too, a path that made no edit), and the fit, the base's
-    forwards over the whole working context plus the lookahead's appends, is most of a branched refocus's time.
-    Exact: within a refocus the tree is fixed, so the fit depends on the working context and the cooldown state
-    (which groups the lookahead's appends may collapse) only, and those are the key."""
-    fits: dict[tuple, float] = {}
-
-    def fit() -> float:
-        key = (s.wc.max_lod, tuple(s.wc.entries), s.allocator.state_key())
-        if key not in fits:
-            fits[key] = tail_fit_fn()
-        return fits[key]
-    return fit
-
-
 def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn) -> RefocusRecord:
     """A whole refocus (see the module docstring): zoom, branches, one cooldown tick. Returns its record
     (``branch``: the path kept; ``branch_fits``: per path tried, empty with one branch)."""
     inf = s.cfg.allocator.inference
     branched = branches_here(inf, s.num_tokens)  # other zoom paths; the unchanged layout is a candidate at any length
     start_wc, start_allocator = s.wc.copy(), s.allocator.copy()
-    tail_fit_fn = _once_per_layout(s, tail_fit_fn)
     # the base's fit of the newest tokens before any edit: the unchanged layout's candidacy
     start_fit = tail_fit_fn() if inf.branches > 1 and inf.branch_unchanged else None
     record, first_scores = zoom(s, scores_fn)
