@@ -13,6 +13,7 @@ from typing import Any, Optional
 from mc.config_choices import (  # noqa: F401 (re-exported: the checks and the modules read them from here)
     ALLOCATOR_POLICIES, BASE_SOURCES, BENCH_CASES, COMPILE_MODES, DATA_SOURCES, DEVICES, FREEZE_MODES, GIST_POOLINGS,
     HAYSTACKS, HF_DTYPES, INDEX_QUERIES, LONG_RANGE_VARIANTS, LONG_TASKS, POSITION_MODES, TASK_SUITE_TASKS, TASK_SUITE_VARIANTS)
+from mc.config_allocator import AllocatorConfig, AllocatorInferenceConfig  # noqa: F401 (re-exported)
 
 # Byte-level vocabulary: ids 0..255 are bytes, then three specials.
 BOS_ID, EOS_ID, PAD_ID = 256, 257, 258
@@ -104,67 +105,6 @@ class MCConfig:
     # base-model positions (POSITION_MODES; obsidian Positions): "bounded" ("global" inside model.max_seq_len, mapped
     # into it past it), "entries" (as bounded, older entries one apart), "slots" (entry index) or "global" (centres)
     positions: str = "bounded"
-
-
-@dataclass
-class AllocatorInferenceConfig:
-    """How often and how hard the allocator refocuses during an inference session."""
-
-    # allocator iterations (LensNet calls) per refocus, at most (it stops early at an iteration with no edit or at the
-    # edit budget); reaching a token under an LOD-L gist takes L expansions, one per iteration: give >= max_lod
-    iterations: int = 2
-    max_edits: int = 4  # edits applied per iteration at most
-    edit_budget: int = 0  # edits per refocus at most, over all its iterations (0 = iterations * max_edits)
-    refocus_interval: int = 32  # tokens appended between refocuses
-    # paths a refocus tries: 1 = LensNet's zoom alone; b > 1 also zooms each of the next b - 1 highest-scored gists (same
-    # start and edit budget) and keeps the layout under which the base best predicts the newest branch_tail_tokens
-    # tokens: b times the LensNet calls plus b base forwards per refocus (obsidian Focus Allocator).
-    branches: int = 1
-    branch_tail_tokens: int = 8  # newest tokens whose log-likelihood ranks the branches; < mc.recent_tokens (LOD0 tail)
-    # nats: another path replaces LensNet's own zoom only when it fits those tokens better by this much. Small
-    # differences are noise that would trade LensNet's (usually right) path for a wrong one (obsidian Focus Allocator).
-    branch_margin: float = 8.0
-    # With branches > 1: each candidate layout's fit also counts the log-probability of the base's own greedy
-    # continuation of this many tokens under it: a question that names nothing (a passkey) fits every layout alike,
-    # the base's sureness of what comes next does not (obsidian Focus Allocator, "Lookahead fit"). 0 = off.
-    branch_lookahead: int = 0
-    # With branches > 1 and descend_first: the branches also zoom the runner-up child under each gist LensNet's own zoom
-    # opened (obsidian Focus Allocator, "Sibling branches"). false = off.
-    branch_siblings: bool = False
-    # With branches > 1: the starting layout (no edit) is a candidate too, tried last: a zoom trades the cheapest
-    # groups, which can be the question's record at LOD0 (obsidian Focus Allocator, "Unchanged branch"). false = off.
-    branch_unchanged: bool = False
-    # With branches > 1: only a session of at most this many tokens zooms other paths; a longer one keeps LensNet's zoom
-    # or (branch_unchanged) no edit (obsidian Focus Allocator, "Short histories branch"). 0 = any length.
-    branch_max_tokens: int = 0
-    # once a zoom has opened a block to LOD0, its next expansion is the bordering gist LensNet scores highest: a record
-    # across two blocks is opened whole (obsidian Focus Allocator, "Edge first").
-    edge_first: bool = False
-    edge_sides: int = 1  # with edge_first: bordering expansions per zoom: 1 (LensNet's side), 2 (both), n > 2 (then outward)
-    # an expansion of an LOD >= 2 gist is followed by that of its best-scored child: a zoom finishes the path it
-    # started instead of leaving two half paths (obsidian Focus Allocator, "Descend first").
-    descend_first: bool = False
-
-
-@dataclass
-class AllocatorConfig:
-    """Focus allocator: scores -> legal expand/collapse edits."""
-
-    # "relative" (default): decisions on scores standardised within the working context (z = (s - median) / std),
-    # so they do not depend on the absolute scale a training run happened to give LensNet's scores; room for an
-    # expansion comes from the free budget, else from a trade with the lowest-scored sibling group.
-    # "absolute": the fixed thresholds below on raw tanh scores (the first design; kept for comparison).
-    policy: str = "relative"
-    expand_z: float = 1.0  # relative: expand a gist whose z-score is >= this
-    trade_margin_z: float = 1.0  # relative: a trade needs z(expanded) - mean z(collapsed group) >= this
-    # relative: the this-many highest-z gists are candidates too while their z > 0, even below expand_z. Multi-level
-    # refocus needs it: once a coarse gist is expanded, its detailed child competes with many similar gists and
-    # rarely clears expand_z although it ranks first (obsidian Focus Allocator). 0 = expand_z alone decides.
-    expand_top: int = 0
-    expand_threshold: float = 0.2  # absolute: expand an entry whose score >= this
-    collapse_threshold: float = 0.2  # absolute: collapse K siblings whose mean score <= -this (also the trade margin)
-    cooldown: int = 2  # refocuses during which a changed entry is not flipped back
-    inference: AllocatorInferenceConfig = field(default_factory=AllocatorInferenceConfig)
 
 
 @dataclass
