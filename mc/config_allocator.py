@@ -46,6 +46,11 @@ class AllocatorInferenceConfig:
     # an expansion of an LOD >= 2 gist is followed by that of its best-scored child: a zoom finishes the path it
     # started instead of leaving two half paths (obsidian Focus Allocator, "Descend first").
     descend_first: bool = False
+    # in a refocus that does not branch: the token LensNet scores highest outside the recent tail, when it scores above 0
+    # and above every gist, anchors it: no trade collapses its block, and (with edge_first) the zoom opens the gists
+    # bordering that block first, so a record half raw and half under a gist is read whole (obsidian Focus Allocator,
+    # "Token anchor").
+    token_anchor: bool = False
 
 
 @dataclass

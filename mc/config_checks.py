@@ -157,7 +157,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         _positive(f"allocator.inference.{k}", getattr(al.inference, k))
     _positive("allocator.inference.edit_budget", al.inference.edit_budget, 0, " (0 = iterations * max_edits)")
     _positive("allocator.inference.branch_tail_tokens", al.inference.branch_tail_tokens)
-    for k in ("edge_first", "descend_first", "branch_siblings", "branch_unchanged"):
+    for k in ("edge_first", "descend_first", "branch_siblings", "branch_unchanged", "token_anchor"):
         if not isinstance(getattr(al.inference, k), bool):
             _fail(f"allocator.inference.{k}", getattr(al.inference, k), "expected true or false")
     sides = al.inference.edge_sides

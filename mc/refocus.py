@@ -31,7 +31,13 @@ helpers stay the only call sites of the (possibly compiled) nets.
   base's own greedy continuation of n tokens under it (:func:`lookahead_fit`), so a question that names nothing is
   told apart by how sure the base is of its answer (obsidian Focus Allocator, "Lookahead fit"); with
   ``allocator.inference.branch_max_tokens = n > 0`` only a session of at most n tokens zooms other paths; a
-  longer one's refocus is LensNet's zoom alone, or that zoom against the unchanged layout (:func:`branches_here`).
+  longer one's refocus is LensNet's zoom alone, or that zoom against the unchanged layout (:func:`branches_here`);
+* with ``allocator.inference.token_anchor``, in a refocus that does not branch (LensNet's zoom alone, or against
+  the unchanged layout), the token LensNet scores highest outside the recent tail, when it outscores 0 and every
+  gist (:func:`token_anchor`), is protected from the zoom's trades for the cooldown (its block is marked as if just
+  expanded), and the zoom, with ``edge_first``, opens the gists bordering its block first: a record half in the
+  raw text and half under a gist (the needle just before the raw region) is read whole, and one already raw is not
+  traded away (obsidian Focus Allocator, "Token anchor").
 """
 from __future__ import annotations
 
@@ -79,25 +85,28 @@ def lookahead_fit(s: InferenceSession, next_logits: Callable[[], Tensor], extend
     return total
 
 
-def zoom(s: InferenceSession, scores_fn: ScoreFn, focus_span: tuple[int, int] | None = None
+def zoom(s: InferenceSession, scores_fn: ScoreFn, focus_span: tuple[int, int] | None = None,
+         start_scores: Tensor | None = None, anchor: tuple[int, int] | None = None
          ) -> tuple[RefocusRecord, list[float]]:
     """One refocus path on ``s`` (edits applied). Returns what it did and the first iteration's scores
     (over the starting layout's entries). With ``focus_span`` (a branch) the entries covering that token
     range get :data:`BRANCH_BONUS`, so the path stays in that subtree: its gists rank first for
-    expansion and its groups are never the cheapest to trade away."""
+    expansion and its groups are never the cheapest to trade away. ``start_scores``: LensNet's scores of the
+    starting layout when the caller has them (the first iteration then makes no LensNet call); ``anchor``: the
+    token range of an anchored block (:func:`token_anchor`), whose bordering gists are the first edges."""
     inf = s.cfg.allocator.inference
     budget = refocus_edit_budget(inf)
     record, first_scores = RefocusRecord(num_tokens=s.num_tokens, iterations=0), []
     edges_opened = 0
     while record.iterations < inf.iterations and len(record.edits) < budget:
-        scores = scores_fn(s)
+        scores = start_scores if record.iterations == 0 and start_scores is not None else scores_fn(s)
         if record.iterations == 0:
             first_scores = scores.tolist()
         if focus_span is not None:
             scores = scores + BRANCH_BONUS * s.wc.overlap_mask(*focus_span)
         edge = None
         if inf.edge_first and edges_opened < inf.edge_sides:  # then LensNet's own ranking again
-            scores, edge = _lift_edge(s, scores, record.edits)
+            scores, edge = _lift_edge(s, scores, record.edits, anchor)
         if edge is None and inf.descend_first:
             scores, passed = _lift_child(s, scores, record.edits)
             if passed is not None:
@@ -111,14 +120,16 @@ def zoom(s: InferenceSession, scores_fn: ScoreFn, focus_span: tuple[int, int] | 
     return record, first_scores
 
 
-def edge_gists(s: InferenceSession, edits, grow: bool = False) -> list[int]:
+def edge_gists(s: InferenceSession, edits, grow: bool = False, anchor: tuple[int, int] | None = None) -> list[int]:
     """Indices of the gists that border the first block ``edits`` opened to LOD0 (the first LOD1 gist expanded),
     except gists the cooldown keeps from expanding. Tokens are in order in the working context, so a gist borders
     the block when its span ends where the block starts or starts where it ends. With ``grow``, once no gist
-    borders that block (both sides are open), the gists bordering the whole run of LOD0 tokens around it."""
+    borders that block (both sides are open), the gists bordering the whole run of LOD0 tokens around it. Before
+    any block is opened, the gists bordering ``anchor`` (a token range already at LOD0; never grown: a raw run can
+    be long, and its far ends say nothing about the anchor)."""
     first = next((e.entry for e in edits if e.kind == "expand" and e.entry[0] == 1), None)
     if first is None:
-        return []
+        return [] if anchor is None else _bordering(s, *anchor)
     K, wc = s.wc.block_size, s.wc
     lo, hi = first[1] * K, (first[1] + 1) * K
     gists = _bordering(s, lo, hi)
@@ -156,10 +167,11 @@ def _lift_best(scores: Tensor, candidates: list[int]) -> tuple[Tensor, int | Non
     return scores, best
 
 
-def _lift_edge(s: InferenceSession, scores: Tensor, edits) -> tuple[Tensor, Entry | None]:
-    """``allocator.inference.edge_first``: the best-scored gist bordering the first opened block ranks first.
-    Returns the scores and that gist's entry (None when no gist borders an opened block)."""
-    scores, best = _lift_best(scores, edge_gists(s, edits, grow=s.cfg.allocator.inference.edge_sides > 2))
+def _lift_edge(s: InferenceSession, scores: Tensor, edits, anchor: tuple[int, int] | None = None
+               ) -> tuple[Tensor, Entry | None]:
+    """``allocator.inference.edge_first``: the best-scored gist bordering the first opened block (before one, the
+    anchored block) ranks first. Returns the scores and that gist's entry (None when no gist borders one)."""
+    scores, best = _lift_best(scores, edge_gists(s, edits, grow=s.cfg.allocator.inference.edge_sides > 2, anchor=anchor))
     return scores, None if best is None else s.wc[best]
 
 
@@ -181,6 +193,20 @@ def _lift_child(s: InferenceSession, scores: Tensor, edits) -> tuple[Tensor, tup
     return lifted, wc.span(ranked[1]) if len(ranked) > 1 else None
 
 
+def token_anchor(s: InferenceSession, scores: Tensor) -> int | None:
+    """``allocator.inference.token_anchor``: the index of the LOD0 entry LensNet scores highest (``scores``:
+    ``[len(wc)]``, the starting layout's) among the tokens before the recent tail (``mc.recent_tokens``, where the
+    question is), when its score is above 0 and above every gist's; else None. A token cannot be expanded, so a
+    top score on one says the record is at least partly raw already (the token index matches it there)."""
+    wc, tail = s.wc, s.num_tokens - s.cfg.mc.recent_tokens
+    raw = [i for i in range(len(wc)) if wc[i][0] == 0 and wc[i][1] < tail]
+    if not raw:
+        return None
+    best = _ranked(scores, raw)[0]
+    gist_best = max((float(scores[i]) for i in range(len(wc)) if wc[i][0] > 0), default=float("-inf"))
+    return best if float(scores[best]) > max(0.0, gist_best) else None
+
+
 def branches_here(inf: AllocatorInferenceConfig, num_tokens: int) -> bool:
     """Whether a refocus of a session holding ``num_tokens`` tokens branches: ``branches > 1`` and, with
     ``branch_max_tokens > 0``, a history no longer than that (past it the other zoom paths stopped reading more
@@ -194,10 +220,21 @@ def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn)
     (``branch``: the path kept; ``branch_fits``: per path tried, empty with one branch)."""
     inf = s.cfg.allocator.inference
     branched = branches_here(inf, s.num_tokens)  # other zoom paths; the unchanged layout is a candidate at any length
+    start_scores, anchor = None, None
+    # only where LensNet's zoom stands alone (against the unchanged layout at most): where the refocus branches, the
+    # base's fit already weighs several paths, and the anchor measured a loss there (obsidian Focus Allocator)
+    if inf.token_anchor and not branched:  # before the copies: the protection holds on the unchanged layout too
+        start_scores = scores_fn(s)  # every path's first iteration reads these: no extra LensNet call
+        a = token_anchor(s, start_scores)
+        if a is not None:
+            K = s.wc.block_size
+            block = s.wc[a][1] // K
+            s.allocator.mark_expanded([(1, block)], K)  # no trade collapses the anchor's block while it cools down
+            anchor = (block * K, (block + 1) * K)
     start_wc, start_allocator = s.wc.copy(), s.allocator.copy()
     # the base's fit of the newest tokens before any edit: the unchanged layout's candidacy
     start_fit = tail_fit_fn() if inf.branches > 1 and inf.branch_unchanged else None
-    record, first_scores = zoom(s, scores_fn)
+    record, first_scores = zoom(s, scores_fn, start_scores=start_scores, anchor=anchor)
     if (branched or start_fit is not None) and first_scores:
         record.branch_fits = [tail_fit_fn()]
         margin = inf.branch_margin
@@ -208,7 +245,7 @@ def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn)
             spans += record.passed_over
         for span in spans:
             s.wc, s.allocator = start_wc.copy(), start_allocator.copy()
-            path, _ = zoom(s, scores_fn, focus_span=span)
+            path, _ = zoom(s, scores_fn, focus_span=span, start_scores=start_scores)
             record.branch_fits.append(tail_fit_fn())
             if record.branch_fits[-1] > kept_fit:  # strictly: ties keep the earlier path
                 kept, kept_fit = (path, s.wc, s.allocator), record.branch_fits[-1]

@@ -26,7 +26,8 @@ def test_presets_resolve(preset):
 
 def test_long_corpus_is_long_with_harder_documents():
     """long_corpus changes what its documents look like (stage-2 records anywhere included), how a branched
-    refocus picks its layout (the lookahead fit, no margin, other zoom paths only up to 1536 tokens), how far a zoom
+    refocus picks its layout (the lookahead fit, no margin, other zoom paths only up to 1536 tokens, a token anchor
+    past them), how far a zoom
     grows its first opened block and how many edits a path makes (12, long's 10), when
     an inference session adds a level (focus_room) and the sweep's read budget and lengths, and adds LensNet's token
     index with its twin query and loss, and trains stage 2 for 2400 steps instead of 3600 (obsidian Presets): the rest
@@ -36,7 +37,8 @@ def test_long_corpus_is_long_with_harder_documents():
                "stage1_min_tokens": 48, "stage2_records_region": 0.97,
                "templates": ["{k}={v}", "{k}: {v}", "{k} -> {v}", "set {k} to {v}", *["{k}{s}{v}"] * 4]}
     assert {k: hard["data"]["recall"][k] for k in changed} == changed
-    picked = {"branch_lookahead": 3, "branch_margin": 0.0, "edge_sides": 3, "edit_budget": 12, "branch_max_tokens": 1536}
+    picked = {"branch_lookahead": 3, "branch_margin": 0.0, "edge_sides": 3, "edit_budget": 12, "branch_max_tokens": 1536,
+              "token_anchor": True}
     assert {k: hard["allocator"]["inference"][k] for k in picked} == picked
     read = {"budget": 112, "multiples": [4, 16, 32, 64, 128, 256]}
     assert {k: hard["eval"]["long_range"][k] for k in read} == read and hard["mc"]["focus_room"] == 32
