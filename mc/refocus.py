@@ -224,7 +224,7 @@ def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn)
     # only where LensNet's zoom stands alone (against the unchanged layout at most): where the refocus branches, the
     # base's fit already weighs several paths, and the anchor measured a loss there (obsidian Focus Allocator)
     if inf.token_anchor and not branched:  # before the copies: the protection holds on the unchanged layout too
-        start_scores = scores_fn(s)  # every path's first iteration reads these: no extra LensNet call
+        start_scores = scores_fn(s)  # the zoom's first iteration reads these: no extra LensNet call
         a = token_anchor(s, start_scores)
         if a is not None:
             K = s.wc.block_size
@@ -245,7 +245,7 @@ def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn)
             spans += record.passed_over
         for span in spans:
             s.wc, s.allocator = start_wc.copy(), start_allocator.copy()
-            path, _ = zoom(s, scores_fn, focus_span=span, start_scores=start_scores)
+            path, _ = zoom(s, scores_fn, focus_span=span)
             record.branch_fits.append(tail_fit_fn())
             if record.branch_fits[-1] > kept_fit:  # strictly: ties keep the earlier path
                 kept, kept_fit = (path, s.wc, s.allocator), record.branch_fits[-1]
