@@ -30,7 +30,8 @@ def test_long_corpus_is_long_with_harder_documents():
     past them), how far a zoom
     grows its first opened block and how many edits a path makes (12, long's 10), when
     an inference session adds a level (focus_room) and the sweep's read budget and lengths, and adds LensNet's token
-    index with its twin query and loss, and trains stage 2 for 2400 steps instead of 3600 (obsidian Presets): the rest
+    index with its twin query and loss, gates stage 1 at a query loss of 0.01 (long's 0.1) and trains stage 2 for 2400
+    steps instead of 3600 (obsidian Presets): the rest
     of the nets, the geometry, training and the rest of the allocator and the sweep are the long preset's."""
     long, hard = to_dict(load_config(["preset=long"])), to_dict(load_config(["preset=long_corpus"]))
     changed = {"haystack": "corpus", "eval_template": "{k} is {v}", "key_lens": [2, 3], "near_decoys": True,
@@ -46,6 +47,7 @@ def test_long_corpus_is_long_with_harder_documents():
     assert (hard["lensnet"]["index_query"], hard["mc"]["index_loss_weight"]) == ("twin", 1.0)
     assert (long["lensnet"]["index_query"], long["mc"]["index_loss_weight"]) == ("pooled", 0.0)
     assert (long["train"]["stage2"]["steps"], hard["train"]["stage2"]["steps"]) == (3600, 2400)
+    assert (long["train"]["stage1"]["query_loss_target"], hard["train"]["stage1"]["query_loss_target"]) == (0.1, 0.01)
     for d in (long, hard):
         for k in changed:
             d["data"]["recall"].pop(k)
@@ -55,7 +57,7 @@ def test_long_corpus_is_long_with_harder_documents():
             d["eval"]["long_range"].pop(k)
         d["mc"].pop("focus_room"), d["mc"].pop("index_loss_weight")
         d["lensnet"].pop("token_index"), d["lensnet"].pop("index_query")
-        d["train"]["stage2"].pop("steps")
+        d["train"]["stage2"].pop("steps"), d["train"]["stage1"].pop("query_loss_target")
         d.pop("preset"), d.pop("name", None)
     assert long == hard
 
