@@ -9,6 +9,7 @@ from mc.build import build_controller
 from mc.config_loading import load_config
 from mc.eval.evaluate import recall_eval_docs
 from mc.eval.record_rank import record_rank, record_rank_line, record_scores
+from mc.eval.stats import proportion_ci
 
 RECALL = ["data.source=recall", "data.recall.n_records=3", "data.recall.key_len=2", "data.recall.value_len=2",
           "data.recall.records_region=0.5"]
@@ -66,3 +67,15 @@ def test_a_record_without_a_gist_over_it_is_left_out():
     tail = (r.answer_span[0] - 2, r.answer_span[0])  # tokens in the raw recent tail
     assert record_scores(ctrl, r.ids[: r.answer_span[0]], [r.record_spans[0], tail]) is None
     assert record_rank_line({"docs": 0, "skipped": 2}).startswith("Record rank: no recall document")
+
+
+def test_the_report_line_says_what_the_interval_says_against_chance():
+    """The verdict follows the Wilson interval: above chance only when its low end is, below only when its high end is
+    (the line once called 11 of 14 with an interval of [52%, 92%] "near chance")."""
+    def line(first, docs, chance=0.5):
+        return record_rank_line({"docs": docs, "first": first, "ties": 0, "share": proportion_ci([1] * first + [0] * (docs - first)),
+                                 "chance": chance, "mean_margin": 0.1, "skipped": 0})
+    assert "Above chance" in line(11, 14) and "Above chance" in line(14, 14)
+    assert "Within chance" in line(7, 14) and "Within chance" in line(9, 14)
+    assert "Below chance" in line(0, 14) and "Below chance" in line(1, 14, chance=0.5)
+    assert "Within chance" in line(1, 14, chance=0.125)

@@ -66,4 +66,13 @@ def record_rank_line(rr: dict) -> str:
             f"**{rr['first']} of {rr['docs']}** recall documents ({share['mean']:.0%} [{share['lo']:.0%}, "
             f"{share['hi']:.0%}]; chance {rr['chance']:.0%}; {rr.get('ties', '?')} tied with another record under a "
             f"shared gist; mean margin {rr['mean_margin']:+.3f}; {rr['skipped']} left out with a record raw in the "
-            "recent tail). Near chance, LensNet finds records but not the queried one.")
+            f"recent tail). {_verdict(share, rr['chance'])}")
+
+
+def _verdict(share: dict, chance: float) -> str:
+    """What the interval says against chance (the line once said "near chance" whatever the count was)."""
+    if share["lo"] > chance:
+        return "Above chance: LensNet tells the queried record from the others."
+    if share["hi"] < chance:
+        return "Below chance: LensNet prefers the records the question does not ask for."
+    return "Within chance: LensNet finds records, but these documents do not show it finding the queried one."
