@@ -73,8 +73,9 @@ def test_the_report_line_says_what_the_interval_says_against_chance():
     """The verdict follows the Wilson interval: above chance only when its low end is, below only when its high end is
     (the line once called 11 of 14 with an interval of [52%, 92%] "near chance")."""
     def line(first, docs, chance=0.5):
-        return record_rank_line({"docs": docs, "first": first, "ties": 0, "share": proportion_ci([1] * first + [0] * (docs - first)),
-                                 "chance": chance, "mean_margin": 0.1, "skipped": 0})
+        share = proportion_ci([1] * first + [0] * (docs - first))
+        return record_rank_line({"docs": docs, "first": first, "ties": 0, "share": share, "chance": chance,
+                                 "mean_margin": 0.1, "skipped": 0})
     assert "Above chance" in line(11, 14) and "Above chance" in line(14, 14)
     assert "Within chance" in line(7, 14) and "Within chance" in line(9, 14)
     assert "Below chance" in line(0, 14) and "Below chance" in line(1, 14, chance=0.5)

@@ -70,7 +70,7 @@ def record_rank_line(rr: dict) -> str:
 
 
 def _verdict(share: dict, chance: float) -> str:
-    """What the interval says against chance (the line once said "near chance" whatever the count was)."""
+    """What the Wilson interval says against chance: above only when its low end is, below only when its high end is."""
     if share["lo"] > chance:
         return "Above chance: LensNet tells the queried record from the others."
     if share["hi"] < chance:
