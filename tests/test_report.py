@@ -191,6 +191,9 @@ def test_report_says_when_the_base_itself_cannot_recall(tmp_path, full_acc, nll,
      "Copy gate met at step 1600: validation query loss 0.0500, target 0.1"),
     ({"target": 0.1, "met": False, "step": 2400, "val_query_loss": 0.8},
      "Copy gate **NOT met** (at its cap, train.stage1.max_steps_factor: the base may not copy) at step 2400"),
+    ({"target": 0.01, "met": False, "step": 1200, "val_query_loss": 0.0343, "stopped_at": 1600},
+     "Copy gate **NOT met** (training on stopped at step 1600, no better: the base kept is step 1200's and may not "
+     "copy) at step 1200: validation query loss 0.0343"),
     (None, None),
 ])
 def test_report_states_the_stage1_copy_gate(tmp_path, gate, expect):

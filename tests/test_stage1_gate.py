@@ -1,7 +1,8 @@
 """Stage 1's copy gate (``train.stage1.query_loss_target`` / ``max_steps_factor``): it stops at ``steps`` when the
 validation query loss is at or below the target, trains on from a warm restart of the learning rate when it is
-not, stops at the first measurement that meets it or at the cap, resumes exactly inside the extension, records
-the outcome in the summary, and refuses settings that cannot work."""
+not, stops at the first measurement that meets it, at the first no better than the best so far (keeping the best
+weights), or at the cap, resumes exactly inside the extension, records the outcome in the summary, and refuses
+settings that cannot work."""
 from __future__ import annotations
 
 import dataclasses
@@ -77,6 +78,39 @@ def test_gate_not_met_stops_at_the_cap_and_says_so(tmp_path, capsys):
     assert s["steps"] == 8 and s["copy_gate"]["met"] is False and s["copy_gate"]["step"] == 8
     assert "NOT met at step 8" in capsys.readouterr().out
     assert (tmp_path / "stage1" / "base.pt").is_file()  # stage 2 may still run: the report says the base is weak
+
+
+def test_a_measurement_no_better_than_the_best_stops_training_on_and_keeps_the_best_weights(tmp_path, monkeypatch, capsys):
+    """Step 4 (the gate) measures 4.0, step 6 after the warm restart 4.5: training on stops at 6 and base.pt holds
+    step 4's weights, bit for bit those of a run that stopped at 4 (the same batches and learning rates up to it)."""
+    calls = scripted_query_losses(monkeypatch, [5.0, 4.0, 4.5, 0.01])
+    s = train_stage1(gated(0.1, factor=5.0), tmp_path / "gated", progress=False)
+    assert len(calls) == 3 and s["steps"] == 6
+    assert s["copy_gate"] == {"target": 0.1, "met": False, "step": 4, "val_query_loss": 4.0, "stopped_at": 6}
+    assert s["val_query_loss"] == 4.0 and "copy_gate_best" not in s
+    assert "no better than 4.0000 at step 4" in capsys.readouterr().out
+    assert not (tmp_path / "gated" / "stage1" / "best.pt").exists()  # removed once base.pt is written
+    scripted_query_losses(monkeypatch, [5.0, 4.0])
+    train_stage1(gated(0.0), tmp_path / "at4", progress=False)  # gate off: stops at step 4
+    kept, ref = (load_checkpoint(tmp_path / d / "stage1" / "base.pt") for d in ("gated", "at4"))
+    assert kept.keys() == ref.keys() and all(torch.equal(kept[k], ref[k]) for k in kept)
+    trained_on = load_checkpoint(tmp_path / "gated" / "stage1" / "ckpt.pt")
+    assert trained_on["step"] == 6 and all(torch.equal(trained_on["model"][k], ref[k]) for k in ref)
+
+
+def test_the_best_weights_survive_a_resume_inside_the_extension(tmp_path, monkeypatch):
+    """Killed at step 5 (after step 4's best was saved, before step 6's worse measurement): the resumed run stops
+    at 6 and keeps step 4's weights, as the uninterrupted run does."""
+    scripted_query_losses(monkeypatch, [5.0, 4.0, 4.5])
+    train_stage1(gated(0.1, factor=5.0), tmp_path / "full", progress=False)
+    scripted_query_losses(monkeypatch, [5.0, 4.0])
+    part = train_stage1(gated(0.1, factor=5.0), tmp_path / "part", progress=False, stop_after=5)
+    assert part["steps"] == 5 and (tmp_path / "part" / "stage1" / "best.pt").is_file()
+    scripted_query_losses(monkeypatch, [4.5])
+    s = train_stage1(gated(0.1, factor=5.0), tmp_path / "part", progress=False)
+    assert s["copy_gate"] == {"target": 0.1, "met": False, "step": 4, "val_query_loss": 4.0, "stopped_at": 6}
+    a, b = (load_checkpoint(tmp_path / d / "stage1" / "base.pt") for d in ("full", "part"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_resume_inside_the_extension_is_exact(tmp_path):

@@ -152,10 +152,12 @@ def _training(rep: _Report) -> None:
 
 def _copy_gate_line(rep: _Report) -> None:
     """Stage 1's copy gate, when it was on: where it stopped and whether the base met the query-loss target."""
-    gate = (read_json(rep.run_dir / "stage1" / "summary.json")[0] or {}).get("copy_gate")
-    if not gate:
+    if not (gate := (read_json(rep.run_dir / "stage1" / "summary.json")[0] or {}).get("copy_gate")):
         return
     how = ("met" if gate["met"] else "**NOT met** (at its cap, train.stage1.max_steps_factor: the base may not copy)")
+    if "stopped_at" in gate:  # training on made the copy no better: the best weights measured were kept
+        how = (f"**NOT met** (training on stopped at step {gate['stopped_at']}, no better: the base kept is step "
+               f"{gate['step']}'s and may not copy)")
     rep.add(f"Copy gate {how} at step {gate['step']}: validation query loss {gate['val_query_loss']:.4f}, "
             f"target {gate['target']} (obsidian Training, \"Stage-1 copy gate\").", "")
 

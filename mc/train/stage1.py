@@ -17,8 +17,12 @@ Copy gate (``train.stage1.query_loss_target`` > 0; obsidian Training, "Stage-1 c
 validation query loss is still above the target at ``steps`` has not learned the recall copy, and stage 2
 would then train over a base that cannot answer. It trains on, from a warm restart of the learning rate
 (:func:`mc.train.optim.lr_at`), measuring every ``eval_every`` steps, and stops at the first measurement
-at or below the target or at its cap (:func:`mc.train.optim.stage1_cap`); the summary's ``copy_gate``
-records the outcome.
+at or below the target, at the first that is no better than the best so far, or at its cap
+(:func:`mc.train.optim.stage1_cap`). The weights kept are the best measured from ``steps`` on: the warm
+restart can leave a base worse than the one it started from (seed 31 of ``long_corpus``: 0.034 at the
+gate, 0.051 after 400 more steps), and training on must not cost the copy it was meant to improve. The
+best weights wait in ``best.pt`` (so a resumed run keeps them; removed once ``base.pt`` is written); the
+summary's ``copy_gate`` records the outcome (``stopped_at`` when the weights kept are an earlier step's).
 
 Resume: an existing ``ckpt.pt`` restores everything and training continues at its step (same
 batches, same losses as an uninterrupted run); when ``base.pt`` exists and the checkpoint has
@@ -118,7 +122,7 @@ def train_stage1(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
     st = cfg.train.stage1
     out = Path(run_dir) / "stage1"
     out.mkdir(parents=True, exist_ok=True)
-    ckpt_path, base_path = out / "ckpt.pt", out / "base.pt"
+    ckpt_path, base_path, best_path = out / "ckpt.pt", out / "base.pt", out / "best.pt"
     clean_stale_tmp(out)  # a checkpoint write a killed run left half-done
 
     saved = load_checkpoint(ckpt_path) if ckpt_path.exists() else None
@@ -203,22 +207,36 @@ def train_stage1(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
             bar.set_postfix(loss=f"{train_loss:.3f}", **({"val": f"{rec['val_loss']:.3f}"} if "val_loss" in rec else {}))
             t_log, tokens_since = time.perf_counter(), 0
         if step >= st.steps and (not gate or measure):  # finished: the final checkpoint and base.pt follow the loop
-            finished = not gate or _gate_done(summary, dist, gate, step, cap, st.steps, bar)
+            finished = not gate or _gate_done(summary, dist, gate, step, cap, st.steps, bar, model, best_path)
         if ckpt_due and not finished:
             checkpoint()
     finish_loop(bar, summary, step, steps_run, t_start, checkpoint)
     metrics.close()
     if finished and dist.is_main:
         save_checkpoint(base_path, model.state_dict())  # weights only (atomic too; finite: checked by checkpoint())
+        best_path.unlink(missing_ok=True)
     return dict(summary, skipped=False)
 
 
-def _gate_done(summary: dict[str, Any], dist, target: float, step: int, cap: int, steps: int, bar) -> bool:
+def _gate_done(summary: dict[str, Any], dist, target: float, step: int, cap: int, steps: int, bar, model: GPT,
+               best_path: Path) -> bool:
     """The copy gate at a measurement from ``steps`` on: True (and ``summary["copy_gate"]`` set) when the validation
-    query loss is at or below ``target`` or ``cap`` is reached. Rank 0 measured; every rank takes its value (one
-    collective, so all ranks stop at the same step)."""
+    query loss is at or below ``target``, no better than the best measured since ``steps``, or ``cap`` is reached;
+    the model then holds the best weights measured (rank 0 restores them from ``best_path``). Rank 0 measured;
+    every rank takes its value (one collective, so all ranks stop at the same step)."""
     query = float(dist.gather(summary.get("val_query_loss", float("inf")))[0])
-    met = query <= target
+    met = query <= target  # then also the best: every earlier measurement from `steps` on was above the target
+    best = summary.pop("copy_gate_best", None)  # {"step", "val_query_loss", "val_loss"}: the weights in best_path
+    if best is not None and query >= best["val_query_loss"]:  # training on made the copy no better: keep the best
+        summary["copy_gate"] = {"target": target, "met": False, "step": best["step"],
+                                "val_query_loss": best["val_query_loss"], "stopped_at": step}
+        summary.update(val_loss=best["val_loss"], val_query_loss=best["val_query_loss"])
+        if dist.is_main:
+            model.load_state_dict(load_checkpoint(best_path))
+            print(f"[stage1] copy gate NOT met: validation query loss {query:.4f} at step {step}, no better than "
+                  f"{best['val_query_loss']:.4f} at step {best['step']}: training on stops there and keeps step "
+                  f"{best['step']}'s weights (the base may not have learned the recall copy)", flush=True)
+        return True
     if met or step >= cap:
         summary["copy_gate"] = {"target": target, "met": met, "step": step, "val_query_loss": query}
         if (step > steps or not met) and dist.is_main:
@@ -226,6 +244,9 @@ def _gate_done(summary: dict[str, Any], dist, target: float, step: int, cap: int
                   f"{query:.4f} {'<=' if met else '>'} {target}" + ("" if met else " (the cap, "
                   "train.stage1.max_steps_factor): the base may not have learned the recall copy"), flush=True)
         return True
+    summary["copy_gate_best"] = {"step": step, "val_query_loss": query, "val_loss": summary.get("val_loss")}
+    if dist.is_main:
+        save_checkpoint(best_path, model.state_dict())
     if step == steps:
         if dist.is_main:
             print(f"[stage1] copy gate: validation query loss {query:.4f} > {target} at step {steps}: training on, "
