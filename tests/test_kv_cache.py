@@ -138,6 +138,38 @@ print({MARK!r} + json.dumps({{"worst": worst, "frames": frames, "ladder": list(c
     assert len(late) >= 3, out["suffixes"]  # ... though suffixes of several lengths ran there
 
 
+def test_compiled_decoders_of_two_base_models_in_one_process_each_match_their_reference():
+    """The compiled step and suffix leave out Dynamo's guards on nn.Module state (mc.decode.compile_decode_fn), and
+    Dynamo caches graphs per code object, not per decoder. Two base models whose decode calls take arguments of the
+    same shapes, one with QK-norm and one without (one more rms_norm per head, and its weight), must still not share
+    a graph: each decoder, used in turns, matches its own model's cache-free logits. In a fresh interpreter."""
+    from _subproc import MARK, run_script  # noqa: PLC0415
+
+    out = run_script(f"""
+import json, torch
+from mc.build import build_controller
+from mc.config_loading import load_config
+from mc.decode import decoder_for
+worst = {{}}
+ctrls = {{}}
+for name, extra in (("qk_norm", []), ("plain", ["model.qk_norm=false"])):
+    cfg = load_config({TINY!r} + ["mc.max_lod=3", "compile.decode=default", "telemetry.jsonl=false"] + extra)
+    torch.manual_seed(0)
+    ctrls[name] = build_controller(cfg, device=torch.device("cpu"))
+    ctrls[name].begin_session(torch.randint(0, 256, (40,), generator=torch.Generator().manual_seed(1)))
+for turn in range(3):
+    for name, ctrl in ctrls.items():
+        dec = decoder_for(ctrl)
+        for i in range(20):
+            got, want = dec.logits(ctrl.session), ctrl.next_token_logits()
+            worst[name] = max(worst.get(name, 0.0), float((got - want).abs().max()))
+            ctrl.append(want.argmax().view(1), refocus=False)
+print({MARK!r} + json.dumps(worst))
+""", timeout=600)
+    assert set(out) == {"qk_norm", "plain"}
+    assert max(out.values()) < 1e-4, out
+
+
 def test_cached_decode_refuses_non_finite_logits():
     """Weights that go NaN after loading (nothing checks them then): the cached path raises, it does not sample id 0."""
     ctrl = _ctrl(GEOMETRIES["tiny"])

@@ -11,7 +11,9 @@ dict lookups), so it cannot go stale when weights are loaded or swapped.
 
 The ops are :meth:`GPT.forward`'s, function for function and in the same order per row
 (:func:`mc.nets.positional.apply_rotary_full` is bit-equal to ``apply_rotary``), so an entry's
-logits equal the whole-context pass's: ``tests/test_kv_cache.py`` checks greedy equality.
+logits equal the whole-context pass's: ``tests/test_kv_cache.py`` checks greedy equality. Compiled on a CPU, the
+attention is written out (:func:`_attention`): the compiled step matches the reference to float rounding, as any
+compiled graph does.
 """
 from __future__ import annotations
 
@@ -62,6 +64,21 @@ def layer_weights(gpt: nn.Module) -> list[LayerWeights]:
     return out
 
 
+def _attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+    """``softmax(q kᵀ / sqrt(hd), mask) v``: SDPA, except written out when compiled for a CPU.
+
+    Why: inductor cannot fuse the SDPA op; on a CPU it stays a call of its own (~25 us per layer at decode sizes,
+    d=64, one query), while the written-out form compiles into inductor's fused kernels with the ops around it: the
+    compiled decode step took ~0.16 ms instead of ~0.21 (obsidian Inference, "Compiled attention"). Eager calls and
+    CUDA keep SDPA (on CUDA its kernels were not measured against the written-out form)."""
+    if not (torch.compiler.is_compiling() and q.device.type == "cpu"):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    att = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)  # [1, H, S, window]
+    if mask is not None:
+        att = att.masked_fill(~mask, float("-inf"))  # every row keeps its own slot: never all -inf
+    return torch.softmax(att, dim=-1) @ v
+
+
 def forward_cached(gpt: nn.Module, embeds_1sd: Tensor, cos: Tensor, sin: Tensor, k_cache: Tensor, v_cache: Tensor,
                    slots_s: Tensor, window: int, masked: bool = True) -> Tensor:
     """Logits ``[1, V]`` of the last of ``S`` new entries; the contract is :meth:`GPT.forward_cached`'s."""
@@ -86,7 +103,7 @@ def forward_cached(gpt: nn.Module, embeds_1sd: Tensor, cos: Tensor, sin: Tensor,
         k_c, v_c = k_cache[i], v_cache[i]  # [1, H, C, hd]
         k_c.index_copy_(2, slots_s, qk[:, h:])
         v_c.index_copy_(2, slots_s, v)
-        y = F.scaled_dot_product_attention(qk[:, :h], k_c[:, :, :window], v_c[:, :, :window], attn_mask=mask_11sw)
+        y = _attention(qk[:, :h], k_c[:, :, :window], v_c[:, :, :window], mask_11sw)  # [1, H, S, hd]
         x = x + F.linear(y.transpose(1, 2).reshape(1, s, d), w.proj)
         x = x + F.linear(F.gelu(F.linear(F.rms_norm(x, (d,), w.norm2, w.norm2_eps), w.fc)), w.fc_out)
     norm_f, lm_head = gpt._modules["norm_f"], gpt._modules["lm_head"]
