@@ -15,7 +15,7 @@ from mc.config import ConfigError, RunConfig
 from mc.config_checks import validate
 from mc.config_loading import apply_overrides
 from mc.controller import MCController
-from mc.nets.gistnet import GistNet
+from mc.nets.gistnet import GistNet, token_embedding_rms
 from mc.nets.gpt import GPT
 from mc.nets.lensnet import LensNet
 from mc.train.checkpoint import CheckpointError, check_finite, load_checkpoint
@@ -78,6 +78,8 @@ def build_controller(cfg: RunConfig, *, device: torch.device | None = None, base
     base, gistnet, lensnet = build_nets(cfg, device)
     if base_weights is not None:
         load_base_weights(base, base_weights)
+    if cfg.gistnet.output_norm == "tokens":  # the base's own token scale, read after its weights are in place
+        gistnet.set_output_rms(token_embedding_rms(base.tok_emb))
     if telemetry is None:
         telemetry = Telemetry.from_config(cfg.telemetry, run_dir, device=device)
     return MCController(cfg, base, gistnet, lensnet, device=device, telemetry=telemetry)

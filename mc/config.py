@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Optional
 
 from mc.config_choices import (  # noqa: F401 (re-exported: the checks and the modules read them from here)
-    ALLOCATOR_POLICIES, BASE_SOURCES, BENCH_CASES, COMPILE_MODES, DATA_SOURCES, DEVICES, FREEZE_MODES, GIST_POOLINGS,
+    ALLOCATOR_POLICIES, BASE_SOURCES, BENCH_CASES, COMPILE_MODES, DATA_SOURCES, DEVICES, FREEZE_MODES, GIST_OUTPUT_NORMS, GIST_POOLINGS,
     HAYSTACKS, HF_DTYPES, INDEX_QUERIES, LONG_RANGE_VARIANTS, LONG_TASKS, POSITION_MODES, TASK_SUITE_TASKS, TASK_SUITE_VARIANTS)
 from mc.config_allocator import AllocatorConfig, AllocatorInferenceConfig  # noqa: F401 (re-exported)
 
@@ -52,6 +52,9 @@ class GistNetConfig:
     # Stage 2: weight of the content loss, a linear head on every gist predicting which vocabulary items occur in its
     # span (multi-label), so coarse gists keep rare tokens such as a record's key (0 = off; obsidian GistNet)
     content_loss_weight: float = 0.0
+    # "free": a gist's scale is whatever training makes it; "tokens": every gist RMS-normalised to the mean RMS of the
+    # base's token embeddings (over SmolLM2 free gists grew to ~20x a token's norm; obsidian GistNet, "Output norm")
+    output_norm: str = "free"
 
 
 @dataclass

@@ -9,7 +9,7 @@ import dataclasses
 from typing import Any
 
 from mc.config import (ALLOCATOR_POLICIES, BASE_SOURCES, BENCH_CASES, HF_DTYPES, COMPILE_MODES, DATA_SOURCES, DEVICES, FREEZE_MODES,
-                       GIST_POOLINGS, HAYSTACKS, LONG_RANGE_VARIANTS, LONG_TASKS, POSITION_MODES, TASK_SUITE_TASKS,
+                       GIST_OUTPUT_NORMS, GIST_POOLINGS, HAYSTACKS, LONG_RANGE_VARIANTS, LONG_TASKS, POSITION_MODES, TASK_SUITE_TASKS,
                        TASK_SUITE_VARIANTS, ConfigError, RunConfig)
 from mc.config_choices import INDEX_QUERIES, RECALL_FORMS
 
@@ -78,6 +78,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         if n.d_model % n.n_heads:
             _fail(f"{net}.n_heads", n.n_heads, f"must divide {net}.d_model ({n.d_model})")
     _choice("gistnet.pooling", cfg.gistnet.pooling, GIST_POOLINGS)
+    _choice("gistnet.output_norm", cfg.gistnet.output_norm, GIST_OUTPUT_NORMS)
     if not isinstance(cfg.lensnet.query_match, bool):
         _fail("lensnet.query_match", cfg.lensnet.query_match, "expected true or false")
     _positive("lensnet.token_index", cfg.lensnet.token_index, 0, " (0 = off)")

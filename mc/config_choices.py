@@ -16,6 +16,7 @@ TASK_SUITE_TASKS = ("passkey", "multikey", "multivalue", "vartrack")  # mc.data.
 TASK_SUITE_VARIANTS = ("full", "recency", "compressed", "focused", "random", "salience", "oracle")
 DEVICES = ("auto", "cpu", "cuda")
 GIST_POOLINGS = ("mean_mlp", "query")
+GIST_OUTPUT_NORMS = ("free", "tokens")  # gistnet.output_norm (obsidian GistNet)
 INDEX_QUERIES = ("pooled", "twin")  # lensnet.index_query (mc.nets.token_index)
 BENCH_CASES = ("lensnet", "train", "tree", "session", "decode", "refocus")
 BASE_SOURCES = ("gpt", "hf")  # model.source: the built-in GPT or a Hugging Face causal LM (mc/nets/hf_base.py)

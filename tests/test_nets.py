@@ -121,6 +121,38 @@ def test_gistnet_bad_config_raises():
         GistNet(GistNetConfig(d_model=30, n_heads=4), D, K)
 
 
+def test_gistnet_output_norm_tokens_puts_every_gist_at_the_set_rms_and_gradients_still_flow():
+    torch.manual_seed(0)
+    net = GistNet(GistNetConfig(d_model=32, n_layers=2, n_heads=4, output_norm="tokens"), D, K)
+    net.set_output_rms(0.25)
+    blocks = torch.randn(5, K, D) * torch.tensor([0.01, 1.0, 10.0, 100.0, 3.0])[:, None, None]  # inputs of any scale
+    out = net(blocks)
+    assert torch.allclose(out.pow(2).mean(-1).sqrt(), torch.full((5,), 0.25), rtol=2e-3)  # rms_norm's eps at 0.01
+    out.sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for n, p in net.named_parameters() if n != "slot_embed")
+    assert "output_rms" not in net.state_dict()  # follows the base it is built over, not the checkpoint
+    free = make_gist()
+    assert free(blocks).pow(2).mean(-1).sqrt().max() > 1.0  # the default leaves the scale to training
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="output RMS"):
+            net.set_output_rms(bad)
+    with pytest.raises(ValueError, match="output_norm"):
+        GistNet(GistNetConfig(d_model=32, n_heads=4, output_norm="unit"), D, K)
+
+
+def test_build_controller_scales_gists_to_the_bases_token_embeddings():
+    from mc.build import build_controller  # noqa: PLC0415
+    from mc.config import ConfigError  # noqa: PLC0415
+    from mc.config_loading import load_config  # noqa: PLC0415
+    from _tiny_config import TINY  # noqa: PLC0415
+
+    ctrl = build_controller(load_config(TINY + ["gistnet.output_norm=tokens"]), device=torch.device("cpu"))
+    want = ctrl.base.tok_emb.weight.pow(2).mean(-1).sqrt().mean()
+    assert float(ctrl.gistnet.output_rms) == pytest.approx(float(want), rel=1e-5)
+    with pytest.raises(ConfigError, match="gistnet.output_norm"):
+        load_config(TINY + ["gistnet.output_norm=unit"])
+
+
 @pytest.mark.parametrize("pooling", ["mean_mlp", "query"])
 def test_gistnet_gradients_reach_every_parameter(pooling):
     net = make_gist(pooling)

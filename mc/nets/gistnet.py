@@ -10,7 +10,10 @@ Architecture (width ``cfg.d_model`` = d inside):
   pooling, by ``cfg.pooling``:
     "mean_mlp": mean over the K slots, then a residual BidirectionalMLP;
     "query":    one learned query attends over the K slots (multi-head);
-  RMSNorm, out-projection d -> D, and a residual of the plain mean of the *inputs*.
+  RMSNorm, out-projection d -> D, and a residual of the plain mean of the *inputs*;
+  with ``cfg.output_norm == "tokens"``, the result RMS-normalised and scaled to ``output_rms`` (a buffer the
+  builder sets to the mean RMS of the base's token embeddings, :func:`token_embedding_rms`), so a gist enters
+  the base at a token's scale.
 
 With ``content_vocab > 0`` it also owns ``content_head`` (Linear D -> content_vocab), read only by stage 2's
 content loss (:func:`mc.nets.losses.gist_content_loss`), never by ``forward``.
@@ -28,10 +31,11 @@ Dynamo treats as constants under ``dynamic=False``.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mc.nets.bidirectional import BidirectionalMLP, BidirectionalAttention, BidirectionalBlock, init_linear
-from mc.config import GIST_POOLINGS, GistNetConfig
+from mc.config import GIST_OUTPUT_NORMS, GIST_POOLINGS, GistNetConfig
 
 
 class GistNet(nn.Module):
@@ -41,6 +45,8 @@ class GistNet(nn.Module):
         super().__init__()
         if cfg.pooling not in GIST_POOLINGS:
             raise ValueError(f"gistnet.pooling={cfg.pooling!r} is not one of {GIST_POOLINGS}")
+        if cfg.output_norm not in GIST_OUTPUT_NORMS:
+            raise ValueError(f"gistnet.output_norm={cfg.output_norm!r} is not one of {GIST_OUTPUT_NORMS}")
         if embed_dim <= 0 or block_size < 2:
             raise ValueError(f"GistNet needs embed_dim > 0 and block_size >= 2, got {embed_dim}, {block_size}")
         if cfg.d_model % cfg.n_heads:
@@ -49,6 +55,10 @@ class GistNet(nn.Module):
         self.embed_dim = embed_dim
         self.block_size = block_size
         self.pooling = cfg.pooling  # fixed at construction: a constant to Dynamo, never mutated
+        self.token_scale = cfg.output_norm == "tokens"  # likewise
+        # A tensor, not a float attribute: set after the base's weights are loaded, without a recompile. Not saved:
+        # it follows the base the nets are built over (build_controller sets it), not the checkpoint.
+        self.register_buffer("output_rms", torch.ones(()), persistent=False)
 
         self.in_proj = nn.Linear(embed_dim, d)
         init_linear(self.in_proj)
@@ -102,4 +112,20 @@ class GistNet(nn.Module):
             query_n1d = self.query.view(1, 1, d).expand(n, 1, d)  # [N, 1, d]
             pooled_nd = self.pool_attn(query_n1d, self.pool_norm(h_nkd)).squeeze(1)  # [N, d]
         # Residual of the plain mean: the gist starts as mean pooling and learns a correction.
-        return blocks.mean(dim=1) + self.out_proj(self.out_norm(pooled_nd))  # [N, D]
+        gist_nd = blocks.mean(dim=1) + self.out_proj(self.out_norm(pooled_nd))  # [N, D]
+        if self.token_scale:
+            gist_nd = F.rms_norm(gist_nd, (self.embed_dim,)) * self.output_rms
+        return gist_nd
+
+    def set_output_rms(self, rms: float) -> None:
+        """The RMS every gist is scaled to under ``output_norm: tokens`` (see :func:`token_embedding_rms`)."""
+        if not rms > 0 or rms != rms or rms == float("inf"):
+            raise ValueError(f"GistNet output RMS must be a finite number > 0, got {rms!r}")
+        self.output_rms.fill_(float(rms))
+
+
+@torch.no_grad()
+def token_embedding_rms(tok_emb: nn.Embedding) -> float:
+    """Mean over the vocabulary of each token embedding's RMS: the scale a gist takes under ``output_norm: tokens``."""
+    w = tok_emb.weight
+    return float(torch.cat([rows.float().pow(2).mean(-1).sqrt() for rows in w.split(8192)]).mean())
