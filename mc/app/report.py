@@ -7,8 +7,7 @@
 2. the evaluation table from ``eval/eval.json`` (means with 95% intervals, paired differences; the
    long-range sweep and the task suite when they ran);
 3. LOD maps of working contexts before and after refocus (the entries were saved by the evaluation);
-4. the compile summary from ``harness/verdict.json`` and the run's ``telemetry.jsonl``;
-5. the benchmark table from ``bench/bench.json``.
+4. the compile summary from ``harness/verdict.json`` and the run's ``telemetry.jsonl``; 5. the benchmark table.
 
 Every part is optional: a missing or unreadable file becomes a line saying what is missing and which
 stage produces it, never an exception. Plots need matplotlib; without it the report says so."""
@@ -154,10 +153,9 @@ def _copy_gate_line(rep: _Report) -> None:
     """Stage 1's copy gate, when it was on: where it stopped and whether the base met the query-loss target."""
     if not (gate := (read_json(rep.run_dir / "stage1" / "summary.json")[0] or {}).get("copy_gate")):
         return
-    how = ("met" if gate["met"] else "**NOT met** (at its cap, train.stage1.max_steps_factor: the base may not copy)")
-    if "stopped_at" in gate:  # training on made the copy no better: the best weights measured were kept
-        how = (f"**NOT met** (training on stopped at step {gate['stopped_at']}, no better: the base kept is step "
-               f"{gate['step']}'s and may not copy)")
+    why = (f"training on stopped at step {gate['stopped_at']}, no better: the base kept is step {gate['step']}'s and"
+           if "stopped_at" in gate else "at its cap, train.stage1.max_steps_factor: the base")  # best weights kept
+    how = "met" if gate["met"] else f"**NOT met** ({why} may not copy)"
     rep.add(f"Copy gate {how} at step {gate['step']}: validation query loss {gate['val_query_loss']:.4f}, "
             f"target {gate['target']} (obsidian Training, \"Stage-1 copy gate\").", "")
 
