@@ -7,7 +7,7 @@
 2. the evaluation table from ``eval/eval.json`` (means with 95% intervals, paired differences; the
    long-range sweep and the task suite when they ran);
 3. LOD maps of working contexts before and after refocus (the entries were saved by the evaluation);
-4. the compile summary from ``harness/verdict.json`` and the run's ``telemetry.jsonl``; 5. the benchmark table.
+4. the compile summary (``harness/verdict.json``, ``telemetry.jsonl``); 5. the benchmark table (``bench/bench.json``).
 
 Every part is optional: a missing or unreadable file becomes a line saying what is missing and which
 stage produces it, never an exception. Plots need matplotlib; without it the report says so."""

@@ -119,7 +119,7 @@ class GistNet(nn.Module):
 
     def set_output_rms(self, rms: float) -> None:
         """The RMS every gist is scaled to under ``output_norm: tokens`` (see :func:`token_embedding_rms`)."""
-        if not rms > 0 or rms != rms or rms == float("inf"):
+        if not 0 < rms < float("inf"):  # NaN fails both comparisons
             raise ValueError(f"GistNet output RMS must be a finite number > 0, got {rms!r}")
         self.output_rms.fill_(float(rms))
 
