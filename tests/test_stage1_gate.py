@@ -113,6 +113,17 @@ def test_the_best_weights_survive_a_resume_inside_the_extension(tmp_path, monkey
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_a_finished_stage_removes_best_weights_a_kill_left_behind(tmp_path, monkeypatch):
+    """A kill after base.pt was written but before best.pt was removed: the next call returns at once (nothing
+    to train) and removes the stale best.pt, which nothing reads any more."""
+    scripted_query_losses(monkeypatch, [5.0, 4.0, 4.5])
+    train_stage1(gated(0.1, factor=5.0), tmp_path, progress=False)
+    stale = tmp_path / "stage1" / "best.pt"
+    stale.write_bytes(b"left by a kill")
+    again = train_stage1(gated(0.1, factor=5.0), tmp_path, progress=False)
+    assert again["skipped"] and again["copy_gate"]["stopped_at"] == 6 and not stale.exists()
+
+
 def test_resume_inside_the_extension_is_exact(tmp_path):
     cfg = gated(1e-9)
     full, part = tmp_path / "full", tmp_path / "part"

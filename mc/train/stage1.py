@@ -131,6 +131,7 @@ def train_stage1(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True, 
         check_finite(saved, ckpt_path, fix="training cannot resume from it: delete it to start stage 1 again")
         check_resume_config(saved["config"], cfg, "stage1", ckpt_path)
         if base_path.exists() and saved["step"] >= st.steps:
+            best_path.unlink(missing_ok=True)  # left by a kill between the final checkpoint and this cleanup
             return dict(saved.get("summary") or {}, skipped=True)
     elif base_path.exists() and st.steps == 0:
         return {"steps": 0, "skipped": True}
