@@ -53,7 +53,8 @@ class GistNetConfig:
     # span (multi-label), so coarse gists keep rare tokens such as a record's key (0 = off; obsidian GistNet)
     content_loss_weight: float = 0.0
     # "free": a gist's scale is whatever training makes it; "tokens": every gist RMS-normalised to the mean RMS of the
-    # base's token embeddings (over SmolLM2 free gists grew to ~20x a token's norm; obsidian GistNet, "Output norm")
+    # base's token embeddings (over SmolLM2 free gists grew to ~19x a token's norm, but trained beside token-scale gists
+    # LensNet located worse on two seeds, so no preset sets it; obsidian GistNet, "Output norm")
     output_norm: str = "free"
 
 
