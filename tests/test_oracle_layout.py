@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mc.eval.focus_policies import multi_span_oracle_refocus, oracle_refocus
-from mc.eval.oracle_layout import plan_oracle_layout
+from mc.eval.oracle_layout import ORACLE_RESTS, plan_oracle_layout
 from mc.working_context import WorkingContext
 
 from test_eval import fake_run, tiny_cfg
@@ -37,9 +37,10 @@ def lods_of(wc: WorkingContext, a: int, b: int) -> set[int]:
     return set(wc.lod_map()[a:b].tolist())
 
 
-def test_the_needle_reaches_lod0_exactly_where_the_budget_allows():
+@pytest.mark.parametrize("rest", ORACLE_RESTS)
+def test_the_needle_reaches_lod0_exactly_where_the_budget_allows(rest):
     """Over random histories, spans and budgets: the plan holds the span at LOD0 iff some valid layout of that
-    budget does, and it is always a valid layout of the same history."""
+    budget does, and it is always a valid layout of the same history (whichever way it spends the rest)."""
     rng = random.Random(0)
     hits = misses = 0
     for _ in range(300):
@@ -54,7 +55,7 @@ def test_the_needle_reaches_lod0_exactly_where_the_budget_allows():
         a = rng.randrange(n)
         span = (a, min(n, a + rng.randint(1, 3 * K)))
         before = wc.entries
-        plan, protected = plan_oracle_layout(wc, [span])
+        plan, protected = plan_oracle_layout(wc, [span], rest=rest)
         plan.validate()
         assert wc.entries == before, "the session's layout is not modified"
         assert plan.num_tokens == n and len(plan) <= W
@@ -81,6 +82,20 @@ def test_room_left_goes_to_the_needles_neighbours():
     plan, _ = plan_oracle_layout(wc, [(301, 303)])
     assert lods_of(plan, 296, 308) == {0}, "the blocks either side of the needle are read at full detail"
     assert len(plan) + plan.block_size - 1 > plan.max_entries, "the rest of the budget is spent"
+
+
+def test_the_recent_plan_spends_the_rest_on_the_newest_history():
+    """rest="recent": the needle as before, then raw tokens back from the tail until the budget refuses, the
+    needle's neighbours left coarse; the rest is spent as fully as the neighbours' plan spends it."""
+    wc = wc_of(600, K=4, max_lod=2, W=64, tail=8)
+    plan, _ = plan_oracle_layout(wc, [(301, 303)], rest="recent")
+    assert lods_of(plan, 300, 304) == {0} and lods_of(plan, 296, 300) != {0}, "the needle's block only"
+    lod = plan.lod_map().tolist()
+    raw_from = max(t for t in range(600) if lod[t] > 0) + 1  # the raw region before the end
+    assert raw_from < 600 - 8, "raw tokens reach back past the recent tail"
+    assert len(plan) + plan.block_size - 1 > plan.max_entries, "the rest of the budget is spent"
+    with pytest.raises(ValueError, match="rest must be one of"):
+        plan_oracle_layout(wc, [(301, 303)], rest="everywhere")
 
 
 def test_several_spans_and_the_question():

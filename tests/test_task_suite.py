@@ -18,6 +18,7 @@ from mc.data.loader import make_source
 from mc.data.real_tasks import REAL_TASKS, filler_window, make_task_doc, string_match_all
 from mc.data.tokenizer import ByteTokenizer
 from mc.eval.focus_policies import salience_scores
+from mc.eval.oracle_layout import ORACLE_RESTS
 from mc.eval.task_suite import plain_greedy, run_task_suite, to_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,6 +120,9 @@ def test_sweep_runs_every_variant(filler):
     assert f"Refocus search: iterations {cfg.allocator.inference.iterations}, " in md
     n_at0 = sum(r["answer_lod"]["oracle"] == 0 for r in res["rows"] if r["task"] == "passkey")
     assert f"oracle {n_at0}/2 (" in md and "At LOD0 when the answer began" in md
+    plans = [r["oracle_plan"] for r in res["rows"] if r["task"] == "passkey"]
+    assert set(plans) <= set(ORACLE_RESTS) and len(plans) == 2
+    assert f"Oracle plan kept (the better-read, ties the first): neighbours {plans.count('neighbours')}, " in md
     too_long = load_config(SUITE + ["eval.tasks.tasks=[passkey]", "eval.tasks.multiples=[40]"])  # 1280 > 1024 window
     res = run_task_suite(ctrl, too_long, source=filler)
     assert all("full" not in r["score"] for r in res["rows"])  # no full-context reference past the window
@@ -166,3 +170,34 @@ def test_mc_eval_tasks_on_a_run_folder(tmp_path):
     bad = subprocess.run(cmd + ["--tasks", "passkey,sudoku"], capture_output=True, text=True, timeout=120,
                          env={"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
     assert bad.returncode == 2 and "eval.tasks.tasks" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_the_oracle_keeps_the_plan_that_reads_best(monkeypatch):
+    """The oracle reads each plan from the prompt's snapshot and keeps the one whose answer scores best, the first on
+    a tie: an upper bound over the plans, whichever the reader reads through better."""
+    import mc.eval.task_suite as suite
+
+    class Session:
+        wc = [0] * 5
+
+        def restore(self, snap):
+            self.restored = snap
+
+    class Tok:
+        def decode(self, ids):
+            return " ".join(str(i) for i in ids)
+
+    ctrl = type("Ctrl", (), {"session": Session()})()
+    doc = type("Doc", (), {"answers": ["42"]})()
+    tried = []
+    monkeypatch.setattr(suite, "multi_span_oracle_refocus", lambda c, sp, core, question, rest: tried.append(rest) or 7)
+    monkeypatch.setattr(suite, "needle_lod", lambda wc, span: 0)
+    for reads, kept in (({"recent"}, "recent"), ({"neighbours"}, "neighbours"), (set(ORACLE_RESTS), "neighbours"),
+                        (set(), "neighbours")):
+        tried.clear()
+        monkeypatch.setattr(suite, "session_greedy", lambda c, n, eos_id: [42] if tried[-1] in reads else [7])
+        row = {}
+        edits, out, lod, answer_lod, entries = suite._best_oracle(ctrl, doc, "snap", [(1, 2)], [(1, 2)], (3, 4), 4,
+                                                                  None, Tok(), row)
+        assert tried == list(ORACLE_RESTS) and row["oracle_plan"] == kept
+        assert out == ([42] if reads else [7]) and edits == 7 and entries == 5

@@ -11,8 +11,8 @@ Owns the refocus of a controller session under scores that do **not** come from 
   for. The baseline LensNet must beat: same search, same budget, no learning.
 * ``oracle``: the best layout the entry budget allows around a known span (the needle), built directly
   (:mod:`mc.eval.oracle_layout`): the needle opened to LOD0 (the answer's tokens first), then the
-  question, then the needle's neighbours, everything else as coarse as alignment allows. It is the upper
-  bound of any focus policy at the same entry budget.
+  question, then the needle's neighbours (or, ``rest="recent"``, the newest history), everything else as coarse
+  as alignment allows. It is the upper bound of any focus policy at the same entry budget.
 
 ``random`` drives ``session.allocator`` with its own scores, ``oracle`` sets the session's layout; neither
 calls GistNet or LensNet, so the controller's compiled boundary is untouched. LensNet's own refocus is
@@ -74,16 +74,17 @@ def oracle_refocus(ctrl: MCController, span: tuple[int, int], *, core: list[tupl
 
 def multi_span_oracle_refocus(ctrl: MCController, spans: list[tuple[int, int]], *,
                               core: list[tuple[int, int]] | None = None,
-                              question: tuple[int, int] | None = None) -> int:
+                              question: tuple[int, int] | None = None, rest: str = "neighbours") -> int:
     """:func:`oracle_refocus` for several needles at once (a multi-value or variable-tracking document), the
     most important first. The plan's needle expansions get cooldown marks, as a refocus's do, so the
-    answer's own tokens, appended while decoding, make room elsewhere first. Returns the expansions made."""
+    answer's own tokens, appended while decoding, make room elsewhere first. ``rest``: where the plan spends
+    what the needles leave (:data:`mc.eval.oracle_layout.ORACLE_RESTS`). Returns the expansions made."""
     if not spans or any(not 0 <= a < b for a, b in spans):
         raise ValueError(f"multi_span_oracle_refocus: spans must be non-empty token ranges, got {spans}")
     s = ctrl.session
     if s is None or s.wc is None:
         raise RuntimeError("no session: call controller.begin_session(prompt_ids) first")
-    plan, protected = plan_oracle_layout(s.wc, spans, core=core or (), question=question)
+    plan, protected = plan_oracle_layout(s.wc, spans, core=core or (), question=question, rest=rest)
     n_expanded = _expansions(plan)
     s.wc = plan
     s.allocator.mark_expanded(protected, plan.block_size)
