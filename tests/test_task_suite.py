@@ -197,7 +197,7 @@ def test_the_oracle_keeps_the_plan_that_reads_best(monkeypatch):
         tried.clear()
         monkeypatch.setattr(suite, "session_greedy", lambda c, n, eos_id: [42] if tried[-1] in reads else [7])
         row = {}
-        edits, out, lod, answer_lod, entries = suite._best_oracle(ctrl, doc, "snap", [(1, 2)], [(1, 2)], (3, 4), 4,
-                                                                  None, Tok(), row)
+        edits, (out, lod, answer_lod, entries) = suite._best_oracle(ctrl, doc, "snap", [(1, 2)], [(1, 2)], (3, 4),
+                                                                    4, None, Tok(), row)
         assert tried == list(ORACLE_RESTS) and row["oracle_plan"] == kept
         assert out == ([42] if reads else [7]) and edits == 7 and entries == 5

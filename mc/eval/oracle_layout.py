@@ -73,10 +73,11 @@ def plan_oracle_layout(wc: WorkingContext, spans: Sequence[Span], *, core: Seque
 
     ``spans``: the needles' token ranges, most important first; ``core``: the answer's tokens inside them
     (opened first; defaults to the spans themselves); ``question``: the question's tokens (opened after the
-    needles); ``rest``: one of :data:`ORACLE_RESTS`, where what is left goes (the module docstring). Returns ``(layout, expanded)``: a new working context (``wc`` is not modified) and the nodes
-    the plan opened for the needles, the core and the question (an ``(lod, index)`` per expansion's parent),
-    which the caller protects from ``make_room`` while it decodes (see :func:`mc.eval.focus_policies`).
-    ValueError for an empty or out-of-range span."""
+    needles); ``rest``: one of :data:`ORACLE_RESTS`, where what is left goes (the module docstring). Returns
+    ``(layout, expanded)``: a new working context (``wc`` is not modified) and the nodes the plan opened for the
+    needles, the core and the question (an ``(lod, index)`` per expansion's parent), which the caller protects
+    from ``make_room`` while it decodes (see :func:`mc.eval.focus_policies`). ValueError for an empty or
+    out-of-range span."""
     if rest not in ORACLE_RESTS:
         raise ValueError(f"plan_oracle_layout: rest must be one of {ORACLE_RESTS}, got {rest!r}")
     spans = _check_spans(spans, wc.num_tokens, "spans")
@@ -110,8 +111,8 @@ def plan_oracle_layout(wc: WorkingContext, spans: Sequence[Span], *, core: Seque
     needle_tokens = [t for a, b in (core or spans) for t in range(a, b)]
     needle_tokens += [t for a, b in spans + q for t in range(a, b)]
     if open_all(needle_tokens, True):
-        after = _neighbour_tokens(spans, plan.num_tokens) if rest == "neighbours" else range(plan.num_tokens - 1, -1, -1)
-        open_all(after, False)
+        newest_first = range(plan.num_tokens - 1, -1, -1)
+        open_all(_neighbour_tokens(spans, plan.num_tokens) if rest == "neighbours" else newest_first, False)
     # Expansions only, each checked by WorkingContext.expand: the invariants hold; validate is the cheap guard
     # that they still do if this function changes.
     plan.validate()

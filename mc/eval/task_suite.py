@@ -159,22 +159,18 @@ def _read_doc(ctrl, cfg: RunConfig, doc: TaskDoc, mult: int, depth: float, k: in
         else:
             if start is None:  # the prompt is gisted once per document; each variant starts from its snapshot
                 start = ctrl.begin_session(doc.ids).snapshot()
-            s = ctrl.session
-            s.restore(start)
-            if variant == "focused":
-                edits = lens_edits = len(ctrl.refocus().edits)
-            elif variant == "random":
-                edits = random_refocus(ctrl, lens_edits, torch.Generator().manual_seed(SEED_OFFSET + k))
-            elif variant == "salience":
-                edits = salience_refocus(ctrl, question)
-            if variant == "oracle":
-                edits, out, lod, answer_lod, entries = _best_oracle(ctrl, doc, start, answering, cores, question,
-                                                                    n_new, eos, tok, row)
+            if variant == "oracle":  # reads each of its plans from the snapshot itself
+                edits, (out, lod, answer_lod, entries) = _best_oracle(ctrl, doc, start, answering, cores, question,
+                                                                      n_new, eos, tok, row)
             else:
-                lod = max(needle_lod(s.wc, span) for span in answering)
-                answer_lod = max(needle_lod(s.wc, span) for span in cores)  # the answer's own tokens inside them
-                entries = len(s.wc)
-                out = session_greedy(ctrl, n_new, eos_id=eos)
+                ctrl.session.restore(start)
+                if variant == "focused":
+                    edits = lens_edits = len(ctrl.refocus().edits)
+                elif variant == "random":
+                    edits = random_refocus(ctrl, lens_edits, torch.Generator().manual_seed(SEED_OFFSET + k))
+                elif variant == "salience":
+                    edits = salience_refocus(ctrl, question)
+                out, lod, answer_lod, entries = _read_session(ctrl, answering, cores, n_new, eos)
         text = tok.decode(out)
         row["score"][variant] = string_match_all(text, doc.answers)
         row["text"][variant] = text[:200]
@@ -183,23 +179,29 @@ def _read_doc(ctrl, cfg: RunConfig, doc: TaskDoc, mult: int, depth: float, k: in
     return row
 
 
+def _read_session(ctrl, answering: list, cores: list, n_new: int, eos: int | None) -> tuple:
+    """The session's layout as the answer begins, then its greedy answer: ``(out, needle lod, answer lod, entries)``
+    (the LODs of the answering needles and of the answer's own tokens inside them)."""
+    wc = ctrl.session.wc
+    lod = max(needle_lod(wc, span) for span in answering)
+    answer_lod = max(needle_lod(wc, span) for span in cores)
+    return session_greedy(ctrl, n_new, eos_id=eos), lod, answer_lod, len(wc)
+
+
 def _best_oracle(ctrl, doc: TaskDoc, start: tuple, answering: list, cores: list, question: tuple[int, int],
                  n_new: int, eos: int | None, tok, row: dict) -> tuple:
     """The oracle's read: each plan of :data:`ORACLE_RESTS` from the prompt's snapshot ``start``, decoded, and the
     one whose answer scores best kept (ties: the first). An upper bound knows the answer; which of the plans a
     reader reads best through differs by reader and length (obsidian Evaluation, "The oracle"), so the bound is
-    the better of them. Sets ``row["oracle_plan"]``; returns ``(edits, out, needle lod, answer lod, entries)``."""
-    s, best = ctrl.session, None
+    the better of them. Sets ``row["oracle_plan"]``; returns ``(edits, (out, needle lod, answer lod, entries))``."""
+    best = None
     for rest in ORACLE_RESTS:
-        s.restore(start)
+        ctrl.session.restore(start)
         edits = multi_span_oracle_refocus(ctrl, answering, core=cores, question=question, rest=rest)
-        lod = max(needle_lod(s.wc, span) for span in answering)
-        answer_lod = max(needle_lod(s.wc, span) for span in cores)
-        entries = len(s.wc)
-        out = session_greedy(ctrl, n_new, eos_id=eos)
-        score = string_match_all(tok.decode(out), doc.answers)
+        read = _read_session(ctrl, answering, cores, n_new, eos)
+        score = string_match_all(tok.decode(read[0]), doc.answers)
         if best is None or score > best[0]:
-            best = (score, rest, (edits, out, lod, answer_lod, entries))
+            best = (score, rest, (edits, read))
     row["oracle_plan"] = best[1]
     return best[2]
 
