@@ -20,7 +20,11 @@ HYDRA_CORE=1.3.8
 OMEGACONF=2.3.1
 ANTLR4=4.9.3
 GGUF=0.19.0
-py="${PYTHON:-python3}"
+# The verification imports the project (torch): the project's environment when there is one (scripts/setup_env.sh).
+if [ -n "${PYTHON:-}" ]; then py="$PYTHON"
+elif [ -x "$root/.venv/bin/python" ]; then py="$root/.venv/bin/python"
+else py=python3
+fi
 
 fetch() {
   rm -rf "$dest"
@@ -48,6 +52,11 @@ verify() {
     esac
   done
   (cd "$dest" && sha256sum --quiet -c SHA256SUMS)
+  if ! "$py" -c "import torch" >/dev/null 2>&1; then
+    echo "[wheels] error: $py has no torch, which the verification needs (it resolves a preset through the project);" \
+         "run 'bash scripts/setup_env.sh' first, or set PYTHON to a python with torch" >&2
+    exit 1
+  fi
   tmp="$(mktemp -d)"
   trap 'rm -rf "$tmp"' RETURN
   "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$tmp/site" "$dest"/*.whl

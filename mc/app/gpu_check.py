@@ -72,6 +72,7 @@ DRY_SMOLLM2 = ["--preset=smollm2", "train.device=cpu", "train.stage2.steps=2", "
                "train.stage2.eval_every=2", "train.stage2.ckpt_every=2", "train.stage2.eval_batches=1",
                "eval.n_docs=2", "eval.tasks.tasks=[passkey]", "eval.tasks.multiples=[8]", "eval.tasks.depths=[0.5]",
                "eval.tasks.n_per_cell=1", "eval.tasks.variants=[full,compressed,oracle]", "bench.enabled=false"]
+DECODE_PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time, in a village by the river,"
 DRY_STEPS = ["train.stage1.steps=3", "train.stage1.warmup_steps=1", "train.stage1.eval_every=3",
              "train.stage1.ckpt_every=3", "train.stage1.eval_batches=1", "train.stage1.batch_size=2",
              "train.stage2.steps=2", "train.stage2.warmup_steps=1", "train.stage2.eval_every=2",
@@ -268,7 +269,23 @@ class Kit:
                                         (ev.get("metrics") or {}).get("corpus_tail_loss", {}).items()},
                    "tasks_mean_over_depths": {k: round(sum(v) / len(v), 3) for k, v in tasks.items()}}
         ok = r["rc"] == 0 and (run_dir / "report.md").is_file() and bool(tasks)
+        if ok:
+            figures["decode_tok_s"] = self._decode_rates(run_dir, cap - (time.perf_counter() - t0))
         return dict(r, status="pass" if ok else "fail", figures=figures)
+
+    def _decode_rates(self, run_dir: Path, cap: float) -> dict:
+        """``mc_generate.py --json`` on the trained run, with the KV cache and without: decode tokens/s each
+        (the cache must never be the slower way; obsidian Inference, "Decode on a GPU"). None where it failed."""
+        rates = {}
+        for label, flags in (("no_kv_cache", ["--no-kv-cache"]), ("kv_cache", [])):
+            rec = self.scratch / f"generate-{label}.json"
+            g = run_logged(self.py("scripts/mc_generate.py", "--run-dir", str(run_dir), "--prompt", DECODE_PROMPT,
+                                   "--max-new-tokens", "64" if not self.dry else "8", "--json", str(rec), *flags),
+                           max(cap / 2, 1.0), env=self.child_env, tail=3)
+            ok = g["rc"] == 0 and rec.is_file()
+            rates[label] = round(json.loads(rec.read_text())["decode_tokens_per_s"], 2) if ok else None
+            cap -= g["seconds"]
+        return rates
 
     # ------------------------------------------------------------------ driver
     def run_part(self, part: str) -> dict:

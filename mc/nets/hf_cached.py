@@ -12,13 +12,36 @@ layer runs its own code (projections, norms, grouped-query attention) and only s
 positions are ours. Positions are the working context's LOD-aware rotary table, as in the
 cache-free :meth:`HFBase.forward`, so the cached logits equal the whole-context pass's: the same
 rule and the same equality test as the built-in GPT (``mc.nets.gpt_cached``; obsidian Inference).
+
+Attention kernels (:func:`attention_without_plans`): on a GPU the eager cached forward leaves cuDNN's
+attention out of SDPA's choice, because its key count changes on every call (obsidian Inference, "Decode on a GPU").
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
-__all__ = ["SlotCache", "forward_cached"]
+__all__ = ["SlotCache", "attention_without_plans", "forward_cached"]
+
+# SDPA's fused kernels that need no per-shape execution plan (cuDNN's attention is the one that does).
+PLANLESS_BACKENDS = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
+
+
+def attention_without_plans(device: torch.device):
+    """A context for the eager cached forward on ``device``: SDPA may pick any fused kernel but cuDNN's.
+
+    Why: on Hopper GPUs torch prefers cuDNN's attention for bfloat16/float16 inputs, and cuDNN builds an
+    execution plan for every new pair of query and key lengths. A decode step attends over one key more than
+    the step before, and the task suite's prompts differ in length, so each call can pay a new plan: on an
+    H200 the bfloat16 SmolLM2 decoded 16 tok/s with the cache against 40 without it (whose padded bucket keeps
+    one shape). On a CPU, and inside a compiled graph (whose shapes are static per bucket), nothing changes.
+    """
+    if device.type != "cuda" or torch.compiler.is_compiling():
+        return contextlib.nullcontext()
+    return sdpa_kernel(list(PLANLESS_BACKENDS))
 
 
 class SlotCache:
@@ -55,7 +78,8 @@ def forward_cached(base: nn.Module, embeds_1sd: Tensor, cos: Tensor, sin: Tensor
                            torch.full((), torch.finfo(dtype).min, dtype=dtype, device=allowed.device))
     cache = SlotCache(k_cache, v_cache, slots_s, window)
     x = embeds_1sd.to(dtype)
-    for layer in base.layers:
-        out = layer(x, attention_mask=mask, position_embeddings=table, past_key_values=cache)
-        x = out[0] if isinstance(out, tuple) else out
+    with attention_without_plans(x.device):
+        for layer in base.layers:
+            out = layer(x, attention_mask=mask, position_embeddings=table, past_key_values=cache)
+            x = out[0] if isinstance(out, tuple) else out
     return base.lm_head(base.norm_f(x[:, -1])).float()  # [1, V]
