@@ -98,6 +98,18 @@ def test_the_recent_plan_spends_the_rest_on_the_newest_history():
         plan_oracle_layout(wc, [(301, 303)], rest="everywhere")
 
 
+def test_the_graded_plan_refines_the_newest_coarsest_gists_and_opens_no_other_raw_token():
+    """rest="graded": the needle as before, then the coarsest gists one level finer, newest first, until the
+    budget refuses; no raw token beyond the needle's block and the recent tail."""
+    wc = wc_of(600, K=4, max_lod=2, W=64, tail=8)  # 37 LOD2 gists + 8 raw tokens
+    plan, _ = plan_oracle_layout(wc, [(301, 303)], rest="graded")
+    lod = plan.lod_map().tolist()
+    assert lods_of(plan, 300, 304) == {0} and lod.count(0) == 4 + 8, "the needle's block and the tail only"
+    assert lods_of(plan, 528, 592) == {1}, "the four newest LOD2 gists were opened to LOD1"
+    assert lods_of(plan, 0, 288) == {2} and lods_of(plan, 320, 528) == {2}, "older ones stay coarsest"
+    assert len(plan) + plan.block_size - 1 > plan.max_entries, "the rest of the budget is spent"
+
+
 def test_several_spans_and_the_question():
     wc = wc_of(800, K=4, max_lod=3, W=48, tail=8)
     plan, _ = plan_oracle_layout(wc, [(100, 104), (500, 504)], question=(790, 800))

@@ -18,7 +18,9 @@ recent tail at LOD0):
 3. spend what is left (``rest``) on the needles' neighbours, one token outward on each side at a time, so the
    needle is read in context rather than as an island among coarse gists (``"neighbours"``); or on the
    newest history, token by token back from the raw tail, as ``WorkingContext.build(fill=True)`` grades a
-   layout (``"recent"``). Which reads better depends on the reader: over SmolLM2 at 16x the budget the
+   layout (``"recent"``); or on the coarsest gists, one level finer at a time, newest first, so the history
+   reaches the reader through fewer coarse gists and no raw token is spent beyond the needles and the
+   question (``"graded"``). Which reads better depends on the reader: over SmolLM2 at 16x the budget the
    neighbours' plan, which leaves everything between the needle and the question in the coarsest gists, read
    fewer passkeys than the refocus searches did (obsidian Evaluation, "The oracle").
 
@@ -35,7 +37,7 @@ from typing import Iterable, Sequence
 from mc.working_context import WorkingContext
 
 Span = tuple[int, int]
-ORACLE_RESTS = ("neighbours", "recent")  # where the plan spends the budget the needles and the question leave
+ORACLE_RESTS = ("neighbours", "recent", "graded")  # where the plan spends what the needles and the question leave
 
 
 def _check_spans(spans: Sequence[Span], num_tokens: int, what: str) -> list[Span]:
@@ -108,11 +110,23 @@ def plan_oracle_layout(wc: WorkingContext, spans: Sequence[Span], *, core: Seque
     def open_all(tokens: Iterable[int], protect: bool) -> bool:
         return all(open_token(t, protect) for t in tokens)
 
+    def refine_coarsest() -> None:
+        """Expand the newest of the coarsest gists, again and again, until none is left or the budget refuses."""
+        while True:
+            lods = [lod for lod, _ in plan]
+            top = max(lods)
+            if top == 0 or plan.check_expand(len(lods) - 1 - lods[::-1].index(top)) is not None:
+                return
+            plan.expand(len(lods) - 1 - lods[::-1].index(top))
+
     needle_tokens = [t for a, b in (core or spans) for t in range(a, b)]
     needle_tokens += [t for a, b in spans + q for t in range(a, b)]
     if open_all(needle_tokens, True):
-        newest_first = range(plan.num_tokens - 1, -1, -1)
-        open_all(_neighbour_tokens(spans, plan.num_tokens) if rest == "neighbours" else newest_first, False)
+        if rest == "graded":
+            refine_coarsest()
+        else:
+            newest_first = range(plan.num_tokens - 1, -1, -1)
+            open_all(_neighbour_tokens(spans, plan.num_tokens) if rest == "neighbours" else newest_first, False)
     # Expansions only, each checked by WorkingContext.expand: the invariants hold; validate is the cheap guard
     # that they still do if this function changes.
     plan.validate()
