@@ -68,7 +68,8 @@ class LensNetConfig:
     query_match: bool = False  # add <q(h_last), k(h_entry)> / sqrt(d) to each logit, h_last: last real entry's state
     token_index: int = 0  # key width of the token index, 0 = off (mc.nets.token_index; obsidian LensNet, "Token index")
     index_window: int = 8  # tokens per key window (the record key and its separator fit in it)
-    index_query: str = "pooled"  # INDEX_QUERIES: "pooled" (own projection) or "twin" (keys', newest window first)
+    index_query: str = "pooled"  # INDEX_QUERIES: "pooled" (own projection), "twin" (keys', newest window first) or
+    #   "lexical" (exact token identity with the question, no learned keys: mc.nets.lexical_match)
 
 
 @dataclass

@@ -173,7 +173,7 @@ class MCController:
         lens_in = embeds if mc.lens_trains_gist else embeds.detach()
         with record_function("mc.step.lensnet"):
             match, token_match = (None, None) if self.lensnet.index is None else training_match(  # [R, W], [B, T]
-                self.lensnet.index, embeds_btd, p.index, p.query_end, mc)
+                self.lensnet.index, embeds_btd, p.index, p.query_end, mc, p.ids)
             scores = self._run_lensnet_batched(lens_in, mask, p.positions, p.lods, num_tokens, match)  # [R, W]
         with record_function("mc.step.losses"):
             total, lm_loss, pref = stage2_objective(self.cfg, p, scores, mask, tail, levels, self.gistnet, distill, token_match)

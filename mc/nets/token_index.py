@@ -15,6 +15,9 @@ a node's match is the maximum of ``<q, k_t> / sqrt(d)`` (a cosine for ``twin``) 
 logit with a learned gain, inside the compiled call (``match`` input), and is trained by LensNet's own losses and,
 when weighted, :func:`mc.nets.losses.index_locate_loss`. Obsidian LensNet, "Token index".
 
+``index_query = "lexical"`` replaces the learned keys and query with exact token identity
+(:mod:`mc.nets.lexical_match`): the index then has no parameters, only LensNet's gain weighs its match.
+
 Cost: keys are ``O(tokens * window * D * d)`` once per token (a session caches them; a rollback is caught by
 comparing token ids), the query and the match ``O(tokens * d)`` per scoring.
 """
@@ -28,6 +31,7 @@ from torch import Tensor, nn
 
 from mc.config_choices import INDEX_QUERIES
 from mc.nets.bidirectional import init_linear
+from mc.nets.lexical_match import lexical_token_match
 from mc.nets.losses import entry_spans
 
 
@@ -40,6 +44,12 @@ class TokenIndex(nn.Module):
             raise ValueError(f"TokenIndex needs dim > 0, window >= 1 and query in {INDEX_QUERIES}, got {dim}, {window}, "
                              f"{query!r}")
         self.window, self.dim = window, dim
+        # "lexical": exact token identity with the question (mc.nets.lexical_match), nothing learned here: LensNet's
+        # gain on the match is the only weight, so the index has no parameters and its loss does not apply.
+        self.lexical = query == "lexical"
+        self.twin = query == "twin"
+        if self.lexical:
+            return
         self.norm = nn.RMSNorm(embed_dim)
         self.conv = nn.Conv1d(embed_dim, dim, window)  # a window of embeddings ending at each token
         self.key = nn.Linear(dim, dim)
@@ -50,7 +60,7 @@ class TokenIndex(nn.Module):
         # cosine itself (times its gain): a sharp softmax over tokens would push LensNet's logits into tanh's flat
         # ends (a first version gave both the temperature, which grew to 32). "pooled" (the first design) learns its
         # own query projection and pool from uniform and matches by a scaled dot product (obsidian LensNet).
-        self.twin = twin = query == "twin"
+        twin = self.twin
         self.query = None if twin else nn.Linear(dim, dim)
         self.recency = nn.Parameter(torch.tensor(3.0)) if twin else None
         self.log_temperature = nn.Parameter(torch.tensor(math.log(10.0))) if twin else None
@@ -113,7 +123,7 @@ def span_max_levels(match_bt: Tensor, block_size: int, levels: int) -> list[Tens
 
 
 def training_match(index: TokenIndex, embeds_btd: Tensor, plan_index_rw: Tensor, query_end_b: Tensor,
-                   mc) -> tuple[Tensor, Tensor]:
+                   mc, ids_bt: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """``[R, W]`` match of every entry of a micro-step's variants, and ``[B, T]`` each token's as the index loss
     reads it (:meth:`TokenIndex.loss_logits`). ``plan_index_rw`` is the step plan's row of the flat level
     table (:mod:`mc.gather`: level 0's ``B*T`` rows, then level 1's, ..., then one padding row); ``mc`` the
@@ -124,8 +134,15 @@ def training_match(index: TokenIndex, embeds_btd: Tensor, plan_index_rw: Tensor,
     read and the answer not yet written, while a training row's tail ends with the answer. Trained with the index
     loss, a query that saw the answer learned to match the record's value (its last window, 0.997 of the pool's
     weight, found the queried one of four records in 24 of 24 documents with the answer in view, 3 of 24 without)."""
-    feats = index.features(embeds_btd)  # [B, T, d]
     r = mc.recent_tokens
+    if index.lexical:  # ids [B, T]: the same query window, exact token identity (mc.nets.lexical_match)
+        if ids_bt is None:
+            raise ValueError("training_match: the lexical token index reads token ids: pass ids_bt [B, T]")
+        match_bt = lexical_token_match(ids_bt, query_end_b, r)
+        levels = span_max_levels(match_bt, mc.block_size, mc.max_lod)
+        flat = torch.cat([lv.reshape(-1) for lv in levels] + [levels[0].new_zeros(1)])
+        return flat[plan_index_rw], match_bt
+    feats = index.features(embeds_btd)  # [B, T, d]
     at = (query_end_b.view(-1, 1) - r + torch.arange(r, device=feats.device)).clamp(min=0)  # [B, r]
     query = index.pooled_query(feats.gather(1, at.unsqueeze(-1).expand(-1, -1, feats.shape[-1])))
     levels = span_max_levels(index.match(index.keys(feats), query), mc.block_size, mc.max_lod)
@@ -153,6 +170,10 @@ class SessionKeys:
         n, have = ids.shape[0], min(self.ids.shape[0], ids.shape[0])
         same = self.ids[:have].to(ids.device) == ids[:have]
         keep = have if bool(same.all()) else int((~same).to(torch.int8).argmax())
+        if index.lexical:  # no windows or keys: the ids are the whole state
+            if keep < n or n < self.ids.shape[0]:
+                self.ids, self.table = ids.clone(), None
+            return None, None
         if self.feats is None or keep < n:
             w = index.window - 1
             left = embeds_nd[max(0, keep - w):keep]  # what precedes the first new token, zeros before the history
@@ -173,10 +194,15 @@ class SessionKeys:
         row: made once per history, reused until :meth:`update` sees another."""
         key = (n, block_size, max_lod, recent_tokens)
         if self.table is None or self.table[0] != key:
-            feats, keys = self.feats[:n], self.keys[:n]
-            query = index.pooled_query(feats[None, -recent_tokens:])[0]
-            levels = span_max_levels(index.match(keys[None], query[None]), block_size, max_lod)
-            sizes = torch.tensor([lv.shape[1] for lv in levels], device=keys.device)
+            if index.lexical:
+                ids = self.ids[None, :n]
+                match = lexical_token_match(ids, torch.full((1,), n, dtype=torch.long, device=ids.device), recent_tokens)
+            else:
+                feats, keys = self.feats[:n], self.keys[:n]
+                query = index.pooled_query(feats[None, -recent_tokens:])[0]
+                match = index.match(keys[None], query[None])
+            levels = span_max_levels(match, block_size, max_lod)
+            sizes = torch.tensor([lv.shape[1] for lv in levels], device=match.device)
             self.table = (key, torch.cat([lv[0] for lv in levels]), torch.cumsum(sizes, 0) - sizes)
         return self.table[1], self.table[2]
 
