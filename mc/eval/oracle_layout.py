@@ -115,9 +115,10 @@ def plan_oracle_layout(wc: WorkingContext, spans: Sequence[Span], *, core: Seque
         while True:
             lods = [lod for lod, _ in plan]
             top = max(lods)
-            if top == 0 or plan.check_expand(len(lods) - 1 - lods[::-1].index(top)) is not None:
+            newest = len(lods) - 1 - lods[::-1].index(top)
+            if top == 0 or plan.check_expand(newest) is not None:
                 return
-            plan.expand(len(lods) - 1 - lods[::-1].index(top))
+            plan.expand(newest)
 
     needle_tokens = [t for a, b in (core or spans) for t in range(a, b)]
     needle_tokens += [t for a, b in spans + q for t in range(a, b)]

@@ -138,16 +138,16 @@ def training_match(index: TokenIndex, embeds_btd: Tensor, plan_index_rw: Tensor,
     if index.lexical:  # ids [B, T]: the same query window, exact token identity (mc.nets.lexical_match)
         if ids_bt is None:
             raise ValueError("training_match: the lexical token index reads token ids: pass ids_bt [B, T]")
-        match_bt = lexical_token_match(ids_bt, query_end_b, r)
-        levels = span_max_levels(match_bt, mc.block_size, mc.max_lod)
-        flat = torch.cat([lv.reshape(-1) for lv in levels] + [levels[0].new_zeros(1)])
-        return flat[plan_index_rw], match_bt
-    feats = index.features(embeds_btd)  # [B, T, d]
-    at = (query_end_b.view(-1, 1) - r + torch.arange(r, device=feats.device)).clamp(min=0)  # [B, r]
-    query = index.pooled_query(feats.gather(1, at.unsqueeze(-1).expand(-1, -1, feats.shape[-1])))
-    levels = span_max_levels(index.match(index.keys(feats), query), mc.block_size, mc.max_lod)
+        match_bt = loss_bt = lexical_token_match(ids_bt, query_end_b, r)
+    else:
+        feats = index.features(embeds_btd)  # [B, T, d]
+        at = (query_end_b.view(-1, 1) - r + torch.arange(r, device=feats.device)).clamp(min=0)  # [B, r]
+        query = index.pooled_query(feats.gather(1, at.unsqueeze(-1).expand(-1, -1, feats.shape[-1])))
+        match_bt = index.match(index.keys(feats), query)
+        loss_bt = index.loss_logits(match_bt)
+    levels = span_max_levels(match_bt, mc.block_size, mc.max_lod)
     flat = torch.cat([lv.reshape(-1) for lv in levels] + [levels[0].new_zeros(1)])
-    return flat[plan_index_rw], index.loss_logits(levels[0])
+    return flat[plan_index_rw], loss_bt
 
 
 class SessionKeys:
