@@ -100,7 +100,9 @@ def test_training_signal_covers_every_level():
 
 
 @settings(max_examples=30, deadline=None)
-@given(geo=geometries(), seed=st.integers(0, 2**31 - 1), frac=st.floats(0.0, 0.95), n_guided=st.integers(0, 3))
+# allow_subnormal=False: `import mc` flushes subnormal floats (mc/denormals.py), which Hypothesis refuses to draw then.
+@given(geo=geometries(), seed=st.integers(0, 2**31 - 1), frac=st.floats(0.0, 0.95, allow_subnormal=False),
+       n_guided=st.integers(0, 3))
 def test_guided_variants_bring_the_focus_span_to_lod0_and_stay_valid(geo, seed, frac, n_guided):
     n, p = geo
     if n < 1:
