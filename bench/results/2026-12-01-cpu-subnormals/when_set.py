@@ -12,19 +12,10 @@ mode, run = sys.argv[1], sys.argv[2]
 os.environ["MC_FLUSH_DENORMAL"] = "1" if mode == "early" else "0"  # read once, at `import mc`
 
 import torch  # noqa: E402
-from mc.app.step_profile import StepBench  # noqa: E402
-from mc.build import load_base_weights  # noqa: E402
-from mc.config_loading import load_config  # noqa: E402
-from mc.train.checkpoint import load_checkpoint  # noqa: E402
+from trained_bench import trained_bench  # noqa: E402
 
-st = load_checkpoint(f"{run}/stage2/ckpt.pt")
-b = StepBench(load_config(["preset=long_corpus"]))
-load_base_weights(b.ctrl.base, f"{run}/stage1/base.pt")
-b.ctrl.load_state_dict(st["controller"])
-b.opt.load_state_dict(st["optimizer"])
-for _ in range(2):
-    b.step()
+b, step = trained_bench(run)
 if mode == "late":
     torch.set_flush_denormal(True)
 ts = [b.step() for _ in range(5)]
-print(mode, "step", st["step"], "threads", torch.get_num_threads(), "median ms", round(statistics.median(ts) * 1e3, 1))
+print(mode, "step", step, "threads", torch.get_num_threads(), "median ms", round(statistics.median(ts) * 1e3, 1))
