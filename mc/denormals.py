@@ -1,6 +1,6 @@
 """Flush-to-zero for subnormal floats on CPU, set once for the process when ``mc`` is imported.
 
-Owns :func:`flush_denormals` and the process-wide setting :data:`FLUSH_DENORMAL` (what ``import mc`` did).
+Owns the process-wide setting :data:`FLUSH_DENORMAL` (what ``import mc`` did) and its switch, :func:`setting_from_env`.
 
 Why: floats below ``torch.finfo(torch.float32).tiny`` (~1.2e-38) are subnormal, and on Intel CPUs an arithmetic
 op that reads or writes one takes a slow path in microcode. Stage 2 of ``long_corpus`` on a 2-core Intel Xeon VM
@@ -27,12 +27,6 @@ import torch
 ENV = "MC_FLUSH_DENORMAL"
 
 
-def flush_denormals(enabled: bool = True) -> bool:
-    """Set (or clear) flush-to-zero for subnormal floats on this thread; True where the CPU supports it (x86 with
-    SSE3). Threads created afterwards inherit the mode; threads that already exist keep theirs."""
-    return bool(torch.set_flush_denormal(enabled))
-
-
 def setting_from_env(environ=os.environ) -> bool:
     """Whether ``import mc`` flushes subnormals: ``MC_FLUSH_DENORMAL`` unset, empty or ``1`` = yes, ``0`` = no."""
     value = environ.get(ENV, "").strip()
@@ -42,5 +36,6 @@ def setting_from_env(environ=os.environ) -> bool:
     return value != "0"
 
 
-# Whether subnormal floats are flushed to zero in this process (False where MC_FLUSH_DENORMAL=0 or the CPU lacks it).
-FLUSH_DENORMAL = flush_denormals() if setting_from_env() else False
+# Whether subnormal floats are flushed to zero in this process: set on this thread, inherited by threads made later
+# (False where MC_FLUSH_DENORMAL=0, or where the CPU lacks the mode: torch.set_flush_denormal needs x86 with SSE3).
+FLUSH_DENORMAL = bool(torch.set_flush_denormal(True)) if setting_from_env() else False
