@@ -51,6 +51,15 @@ class AllocatorInferenceConfig:
     # bordering that block first, so a record half raw and half under a gist is read whole (obsidian Focus Allocator,
     # "Token anchor").
     token_anchor: bool = False
+    # m > 0: the raw blocks at and after the latest earlier occurrence of the session's newest m or more tokens (a
+    # question's key in its record, found before the recent tail) are kept out of every refocus path's trades, so a
+    # zoom cannot collapse a record the question already reads at full detail (obsidian Focus Allocator, "Suffix
+    # guard"). 0 = off.
+    suffix_guard: int = 0
+    # with token_anchor and branch_unchanged: where the anchored zoom goes on past the gists bordering the anchor, its
+    # layout at that point is a third candidate beside the whole zoom and the unchanged layout, kept when it fits the
+    # question and lookahead better (obsidian Focus Allocator, "Anchor path"). false = off.
+    anchor_path: bool = False
 
 
 @dataclass

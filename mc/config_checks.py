@@ -161,7 +161,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         _positive(f"allocator.inference.{k}", getattr(al.inference, k))
     _positive("allocator.inference.edit_budget", al.inference.edit_budget, 0, " (0 = iterations * max_edits)")
     _positive("allocator.inference.branch_tail_tokens", al.inference.branch_tail_tokens)
-    for k in ("edge_first", "descend_first", "branch_siblings", "branch_unchanged", "token_anchor"):
+    for k in ("edge_first", "descend_first", "branch_siblings", "branch_unchanged", "token_anchor", "anchor_path"):
         if not isinstance(getattr(al.inference, k), bool):
             _fail(f"allocator.inference.{k}", getattr(al.inference, k), "expected true or false")
     sides = al.inference.edge_sides
@@ -171,10 +171,16 @@ def validate(cfg: RunConfig) -> RunConfig:
     if al.inference.branch_siblings is True and (al.inference.branches < 2 or al.inference.descend_first is not True):
         _fail("allocator.inference.branch_siblings", True, "needs allocator.inference.branches >= 2 and descend_first: "
               "true (the siblings are branches, found where the zoom descends); set those or drop it")
+    if al.inference.anchor_path is True and (al.inference.token_anchor is not True
+                                             or al.inference.branch_unchanged is not True):
+        _fail("allocator.inference.anchor_path", True, "needs allocator.inference.token_anchor: true and "
+              "branch_unchanged: true (it is a candidate of the anchored zoom, weighed like the unchanged layout); "
+              "set those or drop it")
     if al.inference.branch_unchanged is True and al.inference.branches < 2:
         _fail("allocator.inference.branch_unchanged", True, "needs allocator.inference.branches >= 2 (the unchanged "
               "layout is kept by the branches' rule); set branches or drop it")
     _positive("allocator.inference.branch_lookahead", al.inference.branch_lookahead, 0, " (0 = off)")
+    _positive("allocator.inference.suffix_guard", al.inference.suffix_guard, 0, " (0 = off; else the shortest match in tokens)")
     _positive("allocator.inference.branch_max_tokens", al.inference.branch_max_tokens, 0, " (0 = any length)")
     if al.inference.branch_max_tokens and al.inference.branches < 2:
         _fail("allocator.inference.branch_max_tokens", al.inference.branch_max_tokens, "needs allocator.inference."

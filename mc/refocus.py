@@ -37,7 +37,15 @@ helpers stay the only call sites of the (possibly compiled) nets.
   gist (:func:`token_anchor`), is protected from the zoom's trades for the cooldown (its block is marked as if just
   expanded), and the zoom, with ``edge_first``, opens the gists bordering its block first: a record half in the
   raw text and half under a gist (the needle just before the raw region) is read whole, and one already raw is not
-  traded away (obsidian Focus Allocator, "Token anchor").
+  traded away (obsidian Focus Allocator, "Token anchor");
+* with ``allocator.inference.suffix_guard = m > 0``, the raw blocks at and after the latest earlier occurrence of the
+  session's newest text (its longest suffix of at least m tokens found before the recent tail: a question's key
+  in its record) are kept out of every path's trades (:func:`suffix_guard_blocks`), so no zoom collapses a record
+  the question already reads at full detail (obsidian Focus Allocator, "Suffix guard");
+* with ``allocator.inference.anchor_path`` (and ``token_anchor``, ``branch_unchanged``), the anchored zoom's layout
+  as it stood once the gists bordering the anchor were open is a candidate too, weighed by the same fit: the rest
+  of the budget goes to LensNet's next-best gists, often a near-miss record beside the one the question names,
+  and its trades collapse the raw text around the anchor (obsidian Focus Allocator, "Anchor path").
 """
 from __future__ import annotations
 
@@ -86,14 +94,17 @@ def lookahead_fit(s: InferenceSession, next_logits: Callable[[], Tensor], extend
 
 
 def zoom(s: InferenceSession, scores_fn: ScoreFn, focus_span: tuple[int, int] | None = None,
-         start_scores: Tensor | None = None, anchor: tuple[int, int] | None = None
-         ) -> tuple[RefocusRecord, list[float]]:
+         start_scores: Tensor | None = None, anchor: tuple[int, int] | None = None,
+         on_edges: Callable[[RefocusRecord], None] | None = None) -> tuple[RefocusRecord, list[float]]:
     """One refocus path on ``s`` (edits applied). Returns what it did and the first iteration's scores
     (over the starting layout's entries). With ``focus_span`` (a branch) the entries covering that token
     range get :data:`BRANCH_BONUS`, so the path stays in that subtree: its gists rank first for
     expansion and its groups are never the cheapest to trade away. ``start_scores``: LensNet's scores of the
     starting layout when the caller has them (the first iteration then makes no LensNet call); ``anchor``: the
-    token range of an anchored block (:func:`token_anchor`), whose bordering gists are the first edges."""
+    token range of an anchored block (:func:`token_anchor`), whose bordering gists are the first edges;
+    ``on_edges``: called once with the record so far when the edge expansions end (``edge_sides`` opened, or no
+    gist left to open at the edge) and the zoom goes on, so the caller can keep that layout
+    (``allocator.inference.anchor_path``)."""
     inf = s.cfg.allocator.inference
     budget = refocus_edit_budget(inf)
     record, first_scores = RefocusRecord(num_tokens=s.num_tokens, iterations=0), []
@@ -111,6 +122,9 @@ def zoom(s: InferenceSession, scores_fn: ScoreFn, focus_span: tuple[int, int] | 
             scores, passed = _lift_child(s, scores, record.edits)
             if passed is not None:
                 record.passed_over.append(passed)
+        if on_edges is not None and edges_opened and (edge is None or edges_opened >= inf.edge_sides):
+            on_edges(RefocusRecord(num_tokens=record.num_tokens, iterations=record.iterations, edits=list(record.edits)))
+            on_edges = None  # once: the layout the edges left, before LensNet's own ranking spends the rest
         edits = s.allocator.step(s.wc, scores, max_edits=min(inf.max_edits, budget - len(record.edits)))
         edges_opened += any(e.kind == "expand" and e.entry == edge for e in edits)
         record.iterations += 1
@@ -207,6 +221,39 @@ def token_anchor(s: InferenceSession, scores: Tensor) -> int | None:
     return best if float(scores[best]) > max(0.0, gist_best) else None
 
 
+SUFFIX_GUARD_MAX = 32  # tokens of the session's newest text matched at most: a question's key is far shorter
+
+
+def suffix_guard_blocks(s: InferenceSession, min_len: int) -> list[int]:
+    """``allocator.inference.suffix_guard``: the K-blocks to keep out of a refocus's trades. The session's newest
+    tokens (the question, when a refocus precedes an answer) are matched against the earlier history: the longest
+    suffix of at least ``min_len`` tokens (at most :data:`SUFFIX_GUARD_MAX`) that occurs, with the token after it,
+    before the recent tail; at its latest occurrence, the blocks overlapping the match and as many tokens after it
+    (where a record's value follows its key), of those only the blocks wholly at LOD0 now. A guard, not a locator:
+    a match under a gist is left to LensNet. Empty when nothing matches."""
+    ids = s.history()  # [T]
+    n, end = ids.numel(), s.num_tokens - s.cfg.mc.recent_tokens
+    if min_len < 1 or end < 2 or n < min_len:
+        return []
+    ends = torch.arange(end - 1, device=ids.device)  # candidate last tokens p of an occurrence; p + 1 < end
+    run = torch.ones_like(ends, dtype=torch.bool)
+    length = torch.zeros_like(ends)
+    for j in range(min(SUFFIX_GUARD_MAX, n)):
+        back = ends - j
+        run &= (back >= 0) & (ids[back.clamp(min=0)] == ids[n - 1 - j])
+        if not bool(run.any()):
+            break
+        length += run
+    best = int(length.max())
+    if best < min_len:
+        return []
+    p = int(torch.nonzero(length == best).max())  # the latest occurrence: the newest record of that key
+    K, wc = s.wc.block_size, s.wc
+    raw = {wc[i][1] for i in range(len(wc)) if wc[i][0] == 0}  # token positions at LOD0
+    lo, hi = p - best + 1, min(p + best, end - 1)  # the match, then as many tokens after it
+    return [b for b in range(lo // K, hi // K + 1) if all(t in raw for t in range(b * K, (b + 1) * K))]
+
+
 def branches_here(inf: AllocatorInferenceConfig, num_tokens: int) -> bool:
     """Whether a refocus of a session holding ``num_tokens`` tokens branches: ``branches > 1`` and, with
     ``branch_max_tokens > 0``, a history no longer than that (past it the other zoom paths stopped reading more
@@ -231,14 +278,29 @@ def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn)
             block = s.wc[a][1] // K
             s.allocator.mark_expanded([(1, block)], K)  # no trade collapses the anchor's block while it cools down
             anchor = (block * K, (block + 1) * K)
+    if inf.suffix_guard:  # before the copies: every path, and the unchanged layout, keep the guarded blocks raw
+        guarded = suffix_guard_blocks(s, inf.suffix_guard)
+        if guarded:
+            s.allocator.mark_expanded([(1, b) for b in guarded], s.wc.block_size)
     start_wc, start_allocator = s.wc.copy(), s.allocator.copy()
     # the base's fit of the newest tokens before any edit: the unchanged layout's candidacy
     start_fit = tail_fit_fn() if inf.branches > 1 and inf.branch_unchanged else None
-    record, first_scores = zoom(s, scores_fn, start_scores=start_scores, anchor=anchor)
+    at_edges: list[tuple] = []  # the anchored zoom's layout once the anchor's edges are open (anchor_path)
+
+    def keep_at_edges(path: RefocusRecord) -> None:
+        at_edges.append((path, s.wc.copy(), s.allocator.copy()))
+    record, first_scores = zoom(s, scores_fn, start_scores=start_scores, anchor=anchor,
+                                on_edges=keep_at_edges if anchor is not None and inf.anchor_path else None)
     if (branched or start_fit is not None) and first_scores:
         record.branch_fits = [tail_fit_fn()]
         margin = inf.branch_margin
         kept, kept_fit = (record, s.wc, s.allocator), record.branch_fits[0] + margin
+        for path, wc, allocator in at_edges:  # the zoom cut where the anchored record is open; beats it by the margin
+            s.wc, s.allocator = wc, allocator
+            record.branch_fits.append(tail_fit_fn())
+            if record.branch_fits[-1] > kept_fit:  # the session's layout after the fit, as for every path
+                kept, kept_fit = (path, s.wc, s.allocator), record.branch_fits[-1]
+                record.branch = len(record.branch_fits) - 1
         gists = sorted((i for i in range(len(start_wc)) if start_wc[i][0] > 0), key=lambda i: -first_scores[i])
         spans = [start_wc.span(i) for i in gists[1:inf.branches]] if branched else []
         if branched and inf.branch_siblings:  # then the children LensNet's zoom passed over, top down
