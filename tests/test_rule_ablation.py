@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from mc.config import to_dict
-from mc.eval.rule_ablation import BASELINE_ARM, ablation_markdown, parse_arm, run_rule_ablation
+from mc.eval.rule_ablation import BASELINE_ARM, DEFAULT_ARMS, ablation_markdown, arm_config, parse_arm, run_rule_ablation
 from mc.eval.stats import fmt_ci
 from scripts.mc_ablate import main as ablate_main
 from tests.test_eval import fake_run, tiny_cfg
@@ -67,6 +68,19 @@ def test_salience_is_swept_and_paired_in_every_arm_when_asked(tmp_path):
     assert "| one iteration (salience) |" in md and "| same (salience) |" in md
     lead = next(x for x in res["leads"] if (x["arm"], x["task"]) == ("one iteration", "passkey"))
     assert f"; one iteration {fmt_ci(lead)}" in md
+
+
+PRESETS = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "configs" / "preset").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_default_arm_is_a_valid_config_of_every_preset(preset):
+    """A default arm switches a rule off with the rules that need it (e.g. long_corpus's lookahead, short-history
+    branches and anchor path go with its branches), so `mc_ablate.py --run-dir DIR` runs on any preset's run."""
+    from mc.config_loading import load_config  # noqa: PLC0415
+    cfg = load_config([f"preset={preset}"])
+    for overrides in DEFAULT_ARMS.values():
+        arm_config(cfg, overrides)  # raises ConfigError naming the key when a rule is left without what it needs
 
 
 def test_bad_arms_are_refused():
