@@ -235,19 +235,18 @@ def suffix_guard_blocks(s: InferenceSession, min_len: int) -> list[int]:
     n, end = ids.numel(), s.num_tokens - s.cfg.mc.recent_tokens
     if min_len < 1 or end < 2 or n < min_len:
         return []
-    ends = torch.arange(end - 1, device=ids.device)  # candidate last tokens p of an occurrence; p + 1 < end
-    run = torch.ones_like(ends, dtype=torch.bool)
-    length = torch.zeros_like(ends)
+    # candidate last tokens p of an occurrence (p + 1 < end), kept while they still match one more token back: only
+    # the first comparison reads the whole history, so a long session's refocus stays cheap
+    ends = torch.arange(end - 1, device=ids.device)
+    best, p = 0, -1
     for j in range(min(SUFFIX_GUARD_MAX, n)):
         back = ends - j
-        run &= (back >= 0) & (ids[back.clamp(min=0)] == ids[n - 1 - j])
-        if not bool(run.any()):
+        ends = ends[(back >= 0) & (ids[back.clamp(min=0)] == ids[n - 1 - j])]
+        if ends.numel() == 0:
             break
-        length += run
-    best = int(length.max())
+        best, p = j + 1, int(ends.max())  # the latest occurrence of the longest match: the newest record of that key
     if best < min_len:
         return []
-    p = int(torch.nonzero(length == best).max())  # the latest occurrence: the newest record of that key
     K, wc = s.wc.block_size, s.wc
     raw = {wc[i][1] for i in range(len(wc)) if wc[i][0] == 0}  # token positions at LOD0
     lo, hi = p - best + 1, min(p + best, end - 1)  # the match, then as many tokens after it
