@@ -69,7 +69,8 @@ class LensNetConfig:
     token_index: int = 0  # key width of the token index, 0 = off (mc.nets.token_index; obsidian LensNet, "Token index")
     index_window: int = 8  # tokens per key window (the record key and its separator fit in it)
     index_query: str = "pooled"  # INDEX_QUERIES: "pooled" (own projection), "twin" (keys', newest window first) or
-    #   "lexical" (exact token identity with the question, no learned keys: mc.nets.lexical_match)
+    #   "lexical" (exact token identity with the question, no learned keys: mc.nets.lexical_match) or "overlap"
+    #   (the same ids, a node scored by the sum over the distinct asked ids under it of 1 / their count)
 
 
 @dataclass

@@ -106,9 +106,9 @@ def validate(cfg: RunConfig) -> RunConfig:
     _loss_weight("mc.index_loss_weight", mc.index_loss_weight)
     if mc.index_loss_weight and not cfg.lensnet.token_index:
         _fail("mc.index_loss_weight", mc.index_loss_weight, "trains the token index: set lensnet.token_index > 0, or keep 0")
-    if mc.index_loss_weight and cfg.lensnet.index_query == "lexical":
-        _fail("mc.index_loss_weight", mc.index_loss_weight, "trains the token index's keys, and the lexical query has "
-              "none (lensnet.index_query=lexical): keep 0")
+    if mc.index_loss_weight and cfg.lensnet.index_query in ("lexical", "overlap"):
+        _fail("mc.index_loss_weight", mc.index_loss_weight, f"trains the token index's keys, and the "
+              f"{cfg.lensnet.index_query} query has none (lensnet.index_query={cfg.lensnet.index_query}): keep 0")
     _loss_weight("mc.distill_weight", mc.distill_weight)
     if mc.distill_weight and mc.history_tokens > m.max_seq_len:
         _fail("mc.distill_weight", mc.distill_weight, f"the teacher reads the whole history in one window: needs "

@@ -1,4 +1,5 @@
-"""The token index's lexical query: exact token identity with the question, weighted by rarity (mc.nets.lexical_match)."""
+"""The token index's exact-token queries, ``lexical`` (a node's best shared token) and ``overlap`` (the sum over the
+distinct asked ids under a node of 1 / their count): mc.nets.lexical_match."""
 from __future__ import annotations
 
 import math
@@ -8,7 +9,7 @@ import pytest
 import torch
 
 from mc.config_loading import load_config
-from mc.nets.lexical_match import lexical_token_match
+from mc.nets.lexical_match import lexical_token_match, overlap_levels
 from mc.nets.token_index import SessionKeys, TokenIndex, span_max_levels, training_match
 
 
@@ -63,13 +64,76 @@ def test_session_table_equals_the_training_match_and_follows_a_rollback():
         training_match(index, torch.zeros(1, 64, 16), torch.zeros(1, 1, dtype=torch.long), torch.tensor([64]), mc)
 
 
-def test_config_refuses_the_index_loss_with_the_lexical_query():
-    load_config(["preset=smoke", "lensnet.token_index=1", "lensnet.index_query=lexical"])
-    with pytest.raises(Exception, match="lexical query has none"):
-        load_config(["preset=smoke", "lensnet.token_index=1", "lensnet.index_query=lexical", "mc.index_loss_weight=1.0"])
+@pytest.mark.parametrize("query", ["lexical", "overlap"])
+def test_config_refuses_the_index_loss_with_an_exact_token_query(query):
+    load_config(["preset=smoke", "lensnet.token_index=1", f"lensnet.index_query={query}"])
+    with pytest.raises(Exception, match=f"{query} query has none"):
+        load_config(["preset=smoke", "lensnet.token_index=1", f"lensnet.index_query={query}", "mc.index_loss_weight=1.0"])
 
 
-def test_a_controller_with_the_lexical_index_trains_on_the_ids_match_and_scores_sessions(monkeypatch):
+def test_overlap_sums_the_distinct_asked_ids_under_each_node_by_their_rarity():
+    # K = 2. Query window (r = 3) at 8..10: ids 9, 3, 9 -> distinct asked ids {9, 3}; before it 9 occurs 3 times
+    # (weight 1/3) and 3 once (weight 1); 4 is not asked.
+    #                   0  1  2  3  4  5  6  7 | 8  9 10
+    ids = torch.tensor([[5, 9, 7, 9, 3, 9, 4, 4, 9, 3, 9]])
+    lv0, lv1, lv2 = overlap_levels(ids, torch.tensor([11]), 3, 2, 2)
+    third = 1.0 / 3.0
+    assert torch.allclose(lv0[0], torch.tensor([0, third, 0, third, 1, third, 0, 0, 0, 0, 0]))  # the window scores 0
+    # level 1 nodes (0,1) (2,3) (4,5) (6,7) (8,9): node (4,5) holds 3 and 9 -> 1 + 1/3, the best; (8,9) is the window
+    want1 = torch.tensor([third, third, 1 + third, 0, 0]) / (1 + third)
+    assert torch.allclose(lv1[0], want1)
+    # level 2 nodes 0..3 (9 only: 1/3) and 4..7 (3 and 9 once each, not 9 twice: 1 + 1/3)
+    assert torch.allclose(lv2[0], torch.tensor([0.25, 1.0]))
+
+
+def test_overlap_matches_a_brute_force_reference_and_is_zero_where_nothing_is_shared():
+    g = torch.Generator().manual_seed(4)
+    ids = torch.randint(0, 9, (3, 40), generator=g)
+    ends = torch.tensor([40, 31, 17])
+    r, k = 5, 3
+    got = overlap_levels(ids, ends, r, k, 2)
+    for b in range(3):
+        e = int(ends[b])
+        asked = set(ids[b, e - r:e].tolist())
+        hist = ids[b, : e - r].tolist()
+        weight = {i: 1.0 / hist.count(i) for i in asked if i in hist}
+        for level in range(3):
+            size = k ** level
+            under = [{int(ids[b, p]) for p in range(n * size, min((n + 1) * size, e - r))} for n in range(40 // size)]
+            raw = [sum(weight.get(i, 0.0) for i in node) for node in under]
+            top = max(raw)
+            want = torch.tensor([x / top if top > 0 else 0.0 for x in raw])
+            assert torch.allclose(got[level][b], want, atol=1e-6), (b, level)
+    none = overlap_levels(torch.tensor([[1, 2, 3, 4, 7, 8]]), torch.tensor([6]), 2, 2, 1)
+    assert all(lv.abs().sum() == 0 for lv in none)
+    with pytest.raises(ValueError, match="overlap_levels needs"):
+        overlap_levels(ids[0], ends[:1], r, k, 2)
+
+
+def test_the_overlap_session_table_equals_the_training_match_and_follows_a_rollback():
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 12, (64,), generator=g)
+    index = TokenIndex(16, 1, 4, query="overlap")
+    assert index.lexical and index.overlap and not list(index.parameters())
+    mc = SimpleNamespace(recent_tokens=8, block_size=4, max_lod=2)
+    levels = overlap_levels(ids[None], torch.tensor([64]), 8, 4, 2)
+    flat_train = torch.cat([lv.reshape(-1) for lv in levels] + [levels[0].new_zeros(1)])
+    got, per_token = training_match(index, torch.zeros(1, 64, 16), torch.arange(flat_train.numel())[None],
+                                    torch.tensor([64]), mc, ids[None])
+    assert torch.equal(got[0], flat_train) and torch.equal(per_token, levels[0])
+    keys = SessionKeys()
+    keys.update(index, ids, torch.zeros(64, 16))
+    table, offsets = keys.match_table(index, 64, block_size=4, max_lod=2, recent_tokens=8)
+    assert torch.equal(table, flat_train[:-1]) and offsets.tolist() == [0, 64, 80]
+    other = ids.clone()
+    other[40:] = (other[40:] + 1) % 12
+    keys.update(index, other, torch.zeros(64, 16))
+    table2, _ = keys.match_table(index, 64, block_size=4, max_lod=2, recent_tokens=8)
+    assert torch.equal(table2, torch.cat([lv[0] for lv in overlap_levels(other[None], torch.tensor([64]), 8, 4, 2)]))
+
+
+@pytest.mark.parametrize("query", ["lexical", "overlap"])
+def test_a_controller_with_an_exact_token_index_trains_on_the_ids_match_and_scores_sessions(monkeypatch, query):
     """Through the controller: a stage-2 step hands LensNet the match of its own token ids (the index has no
     parameters), a session's scores move with the match, and decoding with refocuses (whose lookahead appends and
     reverts tokens) gives the same tokens with and without the KV cache."""
@@ -87,7 +151,7 @@ def test_a_controller_with_the_lexical_index_trains_on_the_ids_match_and_scores_
     monkeypatch.setattr(controller_module, "training_match", spy)
 
     torch.manual_seed(0)
-    ctrl = build_controller(load_config([*TINY, "lensnet.token_index=1", "lensnet.index_query=lexical",
+    ctrl = build_controller(load_config([*TINY, "lensnet.token_index=1", f"lensnet.index_query={query}",
                                          "allocator.inference.branches=2", "allocator.inference.branch_lookahead=2",
                                          "allocator.inference.branch_tail_tokens=4", "telemetry.jsonl=false"]),
                             device="cpu")
@@ -98,7 +162,10 @@ def test_a_controller_with_the_lexical_index_trains_on_the_ids_match_and_scores_
     ctrl.train_step(ids, torch.Generator().manual_seed(2), [(40, 48)], query_ends=[t - 3]).total.backward()
     (step_ids, query_end, token_match), = seen
     assert torch.equal(step_ids.cpu(), ids) and query_end.tolist() == [t - 3]
-    assert torch.equal(token_match, lexical_token_match(ids, torch.tensor([t - 3]), ctrl.cfg.mc.recent_tokens))
+    r, end = ctrl.cfg.mc.recent_tokens, torch.tensor([t - 3])
+    want = (lexical_token_match(ids, end, r) if query == "lexical"
+            else overlap_levels(ids, end, r, ctrl.cfg.mc.block_size, ctrl.cfg.mc.max_lod)[0])
+    assert torch.equal(token_match, want)
     assert token_match[0, 40:43].min() > 0  # the question's three tokens are found where the history holds them
     assert ctrl.lensnet.index_gain.grad is not None  # LensNet's gain is in the graph of the step's loss
     prompt = torch.randint(3, 200, (120,), generator=torch.Generator().manual_seed(3))

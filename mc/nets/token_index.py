@@ -17,6 +17,7 @@ when weighted, :func:`mc.nets.losses.index_locate_loss`. Obsidian LensNet, "Toke
 
 ``index_query = "lexical"`` replaces the learned keys and query with exact token identity
 (:mod:`mc.nets.lexical_match`): the index then has no parameters, only LensNet's gain weighs its match.
+``"overlap"`` does too, with a node's value the sum over the distinct asked ids under it rather than a maximum.
 
 Cost: keys are ``O(tokens * window * D * d)`` once per token (a session caches them; a rollback is caught by
 comparing token ids), the query and the match ``O(tokens * d)`` per scoring.
@@ -31,7 +32,7 @@ from torch import Tensor, nn
 
 from mc.config_choices import INDEX_QUERIES
 from mc.nets.bidirectional import init_linear
-from mc.nets.lexical_match import lexical_token_match
+from mc.nets.lexical_match import lexical_token_match, overlap_levels
 from mc.nets.losses import entry_spans
 
 
@@ -46,7 +47,9 @@ class TokenIndex(nn.Module):
         self.window, self.dim = window, dim
         # "lexical": exact token identity with the question (mc.nets.lexical_match), nothing learned here: LensNet's
         # gain on the match is the only weight, so the index has no parameters and its loss does not apply.
-        self.lexical = query == "lexical"
+        # "overlap": the same evidence per node, a sum over the distinct asked ids under it (mc.nets.lexical_match).
+        self.lexical = query in ("lexical", "overlap")
+        self.overlap = query == "overlap"
         self.twin = query == "twin"
         if self.lexical:
             return
@@ -138,6 +141,10 @@ def training_match(index: TokenIndex, embeds_btd: Tensor, plan_index_rw: Tensor,
     if index.lexical:  # ids [B, T]: the same query window, exact token identity (mc.nets.lexical_match)
         if ids_bt is None:
             raise ValueError("training_match: the lexical token index reads token ids: pass ids_bt [B, T]")
+        if index.overlap:  # node values of every level directly: a sum over distinct ids is no max of its tokens'
+            levels = overlap_levels(ids_bt, query_end_b, r, mc.block_size, mc.max_lod)
+            flat = torch.cat([lv.reshape(-1) for lv in levels] + [levels[0].new_zeros(1)])
+            return flat[plan_index_rw], levels[0]
         match_bt = loss_bt = lexical_token_match(ids_bt, query_end_b, r)
     else:
         feats = index.features(embeds_btd)  # [B, T, d]
@@ -194,15 +201,16 @@ class SessionKeys:
         row: made once per history, reused until :meth:`update` sees another."""
         key = (n, block_size, max_lod, recent_tokens)
         if self.table is None or self.table[0] != key:
-            if index.lexical:
-                ids = self.ids[None, :n]
-                match = lexical_token_match(ids, torch.full((1,), n, dtype=torch.long, device=ids.device), recent_tokens)
+            ids, end = self.ids[None, :n], torch.full((1,), n, dtype=torch.long, device=self.ids.device)
+            if index.overlap:
+                levels = overlap_levels(ids, end, recent_tokens, block_size, max_lod)
+            elif index.lexical:
+                levels = span_max_levels(lexical_token_match(ids, end, recent_tokens), block_size, max_lod)
             else:
                 feats, keys = self.feats[:n], self.keys[:n]
                 query = index.pooled_query(feats[None, -recent_tokens:])[0]
-                match = index.match(keys[None], query[None])
-            levels = span_max_levels(match, block_size, max_lod)
-            sizes = torch.tensor([lv.shape[1] for lv in levels], device=match.device)
+                levels = span_max_levels(index.match(keys[None], query[None]), block_size, max_lod)
+            sizes = torch.tensor([lv.shape[1] for lv in levels], device=levels[0].device)
             self.table = (key, torch.cat([lv[0] for lv in levels]), torch.cumsum(sizes, 0) - sizes)
         return self.table[1], self.table[2]
 
