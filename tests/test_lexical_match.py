@@ -37,15 +37,23 @@ def test_no_shared_token_gives_zeros_and_rows_are_independent():
         lexical_token_match(ids[0], torch.tensor([6]), 2)
 
 
-def test_session_table_equals_the_training_match_and_follows_a_rollback():
+def _levels(query: str, ids_bt: torch.Tensor, end_b: torch.Tensor, r: int, k: int, levels: int) -> list:
+    """The node values of every level a query's training step and session table should hold."""
+    if query == "overlap":
+        return overlap_levels(ids_bt, end_b, r, k, levels)
+    return span_max_levels(lexical_token_match(ids_bt, end_b, r), k, levels)
+
+
+@pytest.mark.parametrize("query", ["lexical", "overlap"])
+def test_session_table_equals_the_training_match_and_follows_a_rollback(query):
     """What a session's refocus reads for a history equals the training step's match with the question at its end;
     a history rolled back and refilled with other tokens is matched afresh."""
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, 12, (64,), generator=g)
-    index = TokenIndex(16, 1, 4, query="lexical")
-    assert index.lexical and not list(index.parameters())
+    index = TokenIndex(16, 1, 4, query=query)
+    assert index.lexical and index.overlap == (query == "overlap") and not list(index.parameters())
     mc = SimpleNamespace(recent_tokens=8, block_size=4, max_lod=2)
-    levels = span_max_levels(lexical_token_match(ids[None], torch.tensor([64]), 8), 4, 2)
+    levels = _levels(query, ids[None], torch.tensor([64]), 8, 4, 2)
     flat_train = torch.cat([lv.reshape(-1) for lv in levels] + [levels[0].new_zeros(1)])
     got, per_token = training_match(index, torch.zeros(1, 64, 16), torch.arange(flat_train.numel())[None], torch.tensor([64]),
                                     mc, ids[None])
@@ -58,8 +66,7 @@ def test_session_table_equals_the_training_match_and_follows_a_rollback():
     other[40:] = (other[40:] + 1) % 12  # a rollback to 40 tokens, then other tokens
     keys.update(index, other, torch.zeros(64, 16))
     table2, _ = keys.match_table(index, 64, block_size=4, max_lod=2, recent_tokens=8)
-    want = torch.cat([lv[0] for lv in span_max_levels(lexical_token_match(other[None], torch.tensor([64]), 8), 4, 2)])
-    assert torch.equal(table2, want)
+    assert torch.equal(table2, torch.cat([lv[0] for lv in _levels(query, other[None], torch.tensor([64]), 8, 4, 2)]))
     with pytest.raises(ValueError, match="reads token ids"):
         training_match(index, torch.zeros(1, 64, 16), torch.zeros(1, 1, dtype=torch.long), torch.tensor([64]), mc)
 
@@ -108,28 +115,6 @@ def test_overlap_matches_a_brute_force_reference_and_is_zero_where_nothing_is_sh
     assert all(lv.abs().sum() == 0 for lv in none)
     with pytest.raises(ValueError, match="overlap_levels needs"):
         overlap_levels(ids[0], ends[:1], r, k, 2)
-
-
-def test_the_overlap_session_table_equals_the_training_match_and_follows_a_rollback():
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, 12, (64,), generator=g)
-    index = TokenIndex(16, 1, 4, query="overlap")
-    assert index.lexical and index.overlap and not list(index.parameters())
-    mc = SimpleNamespace(recent_tokens=8, block_size=4, max_lod=2)
-    levels = overlap_levels(ids[None], torch.tensor([64]), 8, 4, 2)
-    flat_train = torch.cat([lv.reshape(-1) for lv in levels] + [levels[0].new_zeros(1)])
-    got, per_token = training_match(index, torch.zeros(1, 64, 16), torch.arange(flat_train.numel())[None],
-                                    torch.tensor([64]), mc, ids[None])
-    assert torch.equal(got[0], flat_train) and torch.equal(per_token, levels[0])
-    keys = SessionKeys()
-    keys.update(index, ids, torch.zeros(64, 16))
-    table, offsets = keys.match_table(index, 64, block_size=4, max_lod=2, recent_tokens=8)
-    assert torch.equal(table, flat_train[:-1]) and offsets.tolist() == [0, 64, 80]
-    other = ids.clone()
-    other[40:] = (other[40:] + 1) % 12
-    keys.update(index, other, torch.zeros(64, 16))
-    table2, _ = keys.match_table(index, 64, block_size=4, max_lod=2, recent_tokens=8)
-    assert torch.equal(table2, torch.cat([lv[0] for lv in overlap_levels(other[None], torch.tensor([64]), 8, 4, 2)]))
 
 
 @pytest.mark.parametrize("query", ["lexical", "overlap"])
