@@ -91,11 +91,12 @@ def test_greedy_with_and_without_the_kv_cache_over_128_tokens():
 
 
 def test_the_smollm2_cpu_search_lets_the_reader_choose_among_the_locators_candidates():
-    """The preset's refocus tries several zooms and keeps the one under which SmolLM2 best predicts the newest
-    tokens and its own continuation (obsidian Focus Allocator, "Lookahead fit"); the trial appends are undone."""
+    """The preset's refocus tries several zooms and the unchanged layout and keeps the one under which SmolLM2 best
+    predicts the newest tokens and its own continuation (obsidian Focus Allocator, "Lookahead fit", "Unchanged
+    branch"); the trial appends are undone."""
     cfg = load_config(["preset=smollm2_cpu", "train.device=cpu"])
     inf = cfg.allocator.inference
-    assert inf.branches >= 2 and inf.branch_lookahead > 0 and inf.branch_margin == 0
+    assert inf.branches >= 2 and inf.branch_lookahead > 0 and inf.branch_margin == 0 and inf.branch_unchanged
     torch.manual_seed(0)  # untrained GistNet and LensNet: any scores give candidates to choose from
     ctrl = build_controller(cfg, telemetry=None)
     prompt = torch.tensor(tokenizer_for(cfg.model).encode_body(_real_text())[:300])
@@ -105,8 +106,10 @@ def test_the_smollm2_cpu_search_lets_the_reader_choose_among_the_locators_candid
     assert torch.equal(s.history(), history) and s.num_tokens == 300  # the lookahead appended nothing for good
     s.wc.validate()
     fits = record.branch_fits
-    assert len(fits) == inf.branches and all(math.isfinite(f) and f < 0 for f in fits), fits
+    # the zooms, then the unchanged layout (tried last)
+    assert len(fits) == inf.branches + 1 and all(math.isfinite(f) and f < 0 for f in fits), fits
     assert record.branch == fits.index(max(fits))  # margin 0: the best fit wins, ties the earlier path
+    assert record.branch != inf.branches or not record.edits  # the unchanged layout kept: no edit
     assert ctrl._tail_fit() == pytest.approx(fits[record.branch], abs=1e-3)  # and its layout is the one kept
 
 

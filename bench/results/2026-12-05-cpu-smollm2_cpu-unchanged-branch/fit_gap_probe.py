@@ -1,0 +1,65 @@
+"""How much better does the best zoom fit than the unchanged layout, on plain text and on documents with a question?
+
+    PYTHONPATH=. python bench/results/2026-12-05-cpu-smollm2_cpu-unchanged-branch/fit_gap_probe.py RUN_DIR DRAW [OUT.json]
+
+With `allocator.inference.branch_unchanged=true` every refocus fits each zoom path and the unchanged layout
+(`RefocusRecord.branch_fits`, the last one the unchanged layout's). Per document: the best zoom's fit minus the
+unchanged layout's (nats). Documents: the evaluation's corpus windows and recall documents of draw DRAW at the run's
+budget (refocus where the evaluation refocuses: before the 32-token tail, at the recall question), and the task
+suite's passkey and multi-key documents of the same draw at W = 128, 8x and 16x, 4 per depth bucket.
+"""
+import json
+import sys
+import zlib
+
+import torch
+
+from mc.build import load_run
+from mc.data.loader import make_source
+from mc.data.real_tasks import filler_window, make_task_doc
+from mc.eval.draws import draw_seed
+from mc.eval.evaluate import corpus_eval_docs, recall_eval_docs
+from mc.eval.long_range import needle_depth
+from mc.eval.read_budget import at_budget
+from mc.eval.task_suite import SEED_OFFSET
+
+run_dir, draw = sys.argv[1], int(sys.argv[2])
+out_path = sys.argv[3] if len(sys.argv) > 3 else None
+torch.set_grad_enabled(False)
+ctrl, tok = load_run(run_dir, device="cpu", overrides=["allocator.inference.branch_unchanged=true",
+                                                       f"eval.draw_seed={draw}"])
+cfg = ctrl.cfg
+assert draw_seed(cfg) == draw
+
+
+def gap(prompt):
+    ctrl.begin_session(prompt)
+    rec = ctrl.refocus()
+    fits = rec.branch_fits
+    return max(fits[:-1]) - fits[-1] if len(fits) > 1 else None
+
+
+rows = []
+corpus, _ = corpus_eval_docs(cfg, cfg.eval.n_docs, cfg.eval.doc_tokens)
+for d in corpus:
+    rows.append({"kind": "corpus", "gap": gap(d.ids[:-cfg.eval.tail_tokens])})
+for d in recall_eval_docs(cfg, cfg.eval.n_docs, cfg.eval.doc_tokens):
+    rows.append({"kind": "recall", "gap": gap(d.ids[:-cfg.data.recall.value_len])})
+ctrl, cfg = at_budget(ctrl, cfg, 128)
+source = make_source(type(cfg.data)(source="stdlib"), "val", tokenizer=tok)
+ts = cfg.eval.tasks
+for task in ("passkey", "multikey"):
+    for mult in (8, 16):
+        for depth in (0.1, 0.5, 0.9):
+            for k in range(4):
+                length = mult * 128
+                seed = SEED_OFFSET + draw * 10_000 + k
+                cs = zlib.crc32(repr((task, length, round(depth, 6), seed)).encode())
+                doc = make_task_doc(task, length, needle_depth(depth, ts.depth_jitter, seed), seed, tok,
+                                    filler_window(source, length, cs), n_keys=ts.n_keys, hops=ts.hops)
+                rows.append({"kind": f"{task}-{mult}x", "gap": gap(doc.ids)})
+if out_path:
+    json.dump(rows, open(out_path, "w"), indent=1)
+for kind in dict.fromkeys(r["kind"] for r in rows):
+    g = sorted(r["gap"] for r in rows if r["kind"] == kind and r["gap"] is not None)
+    print(f"{kind:12s} n={len(g):2d}  best zoom - unchanged (nats): " + " ".join(f"{x:+.1f}" for x in g))
