@@ -23,43 +23,53 @@ from mc.eval.long_range import needle_depth
 from mc.eval.read_budget import at_budget
 from mc.eval.task_suite import SEED_OFFSET
 
-run_dir, draw = sys.argv[1], int(sys.argv[2])
-out_path = sys.argv[3] if len(sys.argv) > 3 else None
-torch.set_grad_enabled(False)
-ctrl, tok = load_run(run_dir, device="cpu", overrides=["allocator.inference.branch_unchanged=true",
-                                                       f"eval.draw_seed={draw}"])
-cfg = ctrl.cfg
-assert draw_seed(cfg) == draw
+
+def task_docs(cfg, tok, draw: int, per_cell: int):
+    """The task suite's passkey and multi-key documents of draw ``draw`` at W = 128 (the caller's ``cfg`` is already
+    at that budget), 8x and 16x, depths 0.1 / 0.5 / 0.9, ``per_cell`` each: yields ``(kind, ids)``."""
+    source = make_source(type(cfg.data)(source="stdlib"), "val", tokenizer=tok)
+    ts = cfg.eval.tasks
+    for task in ("passkey", "multikey"):
+        for mult in (8, 16):
+            for depth in (0.1, 0.5, 0.9):
+                for k in range(per_cell):
+                    length = mult * 128
+                    seed = SEED_OFFSET + draw * 10_000 + k
+                    cs = zlib.crc32(repr((task, length, round(depth, 6), seed)).encode())
+                    doc = make_task_doc(task, length, needle_depth(depth, ts.depth_jitter, seed), seed, tok,
+                                        filler_window(source, length, cs), n_keys=ts.n_keys, hops=ts.hops)
+                    yield f"{task}-{mult}x", doc.ids
 
 
-def gap(prompt):
-    ctrl.begin_session(prompt)
-    rec = ctrl.refocus()
-    fits = rec.branch_fits
-    return max(fits[:-1]) - fits[-1] if len(fits) > 1 else None
+def main() -> None:
+    run_dir, draw = sys.argv[1], int(sys.argv[2])
+    out_path = sys.argv[3] if len(sys.argv) > 3 else None
+    torch.set_grad_enabled(False)
+    ctrl, tok = load_run(run_dir, device="cpu", overrides=["allocator.inference.branch_unchanged=true",
+                                                           f"eval.draw_seed={draw}"])
+    cfg = ctrl.cfg
+    assert draw_seed(cfg) == draw
+
+    def gap(prompt):
+        ctrl.begin_session(prompt)
+        fits = ctrl.refocus().branch_fits
+        return max(fits[:-1]) - fits[-1] if len(fits) > 1 else None
+
+    rows = []
+    corpus, _ = corpus_eval_docs(cfg, cfg.eval.n_docs, cfg.eval.doc_tokens)
+    for d in corpus:
+        rows.append({"kind": "corpus", "gap": gap(d.ids[:-cfg.eval.tail_tokens])})
+    for d in recall_eval_docs(cfg, cfg.eval.n_docs, cfg.eval.doc_tokens):
+        rows.append({"kind": "recall", "gap": gap(d.ids[:-cfg.data.recall.value_len])})
+    ctrl, cfg = at_budget(ctrl, cfg, 128)
+    for kind, ids in task_docs(cfg, tok, draw, 4):
+        rows.append({"kind": kind, "gap": gap(ids)})
+    if out_path:
+        json.dump(rows, open(out_path, "w"), indent=1)
+    for kind in dict.fromkeys(r["kind"] for r in rows):
+        g = sorted(r["gap"] for r in rows if r["kind"] == kind and r["gap"] is not None)
+        print(f"{kind:12s} n={len(g):2d}  best zoom - unchanged (nats): " + " ".join(f"{x:+.1f}" for x in g))
 
 
-rows = []
-corpus, _ = corpus_eval_docs(cfg, cfg.eval.n_docs, cfg.eval.doc_tokens)
-for d in corpus:
-    rows.append({"kind": "corpus", "gap": gap(d.ids[:-cfg.eval.tail_tokens])})
-for d in recall_eval_docs(cfg, cfg.eval.n_docs, cfg.eval.doc_tokens):
-    rows.append({"kind": "recall", "gap": gap(d.ids[:-cfg.data.recall.value_len])})
-ctrl, cfg = at_budget(ctrl, cfg, 128)
-source = make_source(type(cfg.data)(source="stdlib"), "val", tokenizer=tok)
-ts = cfg.eval.tasks
-for task in ("passkey", "multikey"):
-    for mult in (8, 16):
-        for depth in (0.1, 0.5, 0.9):
-            for k in range(4):
-                length = mult * 128
-                seed = SEED_OFFSET + draw * 10_000 + k
-                cs = zlib.crc32(repr((task, length, round(depth, 6), seed)).encode())
-                doc = make_task_doc(task, length, needle_depth(depth, ts.depth_jitter, seed), seed, tok,
-                                    filler_window(source, length, cs), n_keys=ts.n_keys, hops=ts.hops)
-                rows.append({"kind": f"{task}-{mult}x", "gap": gap(doc.ids)})
-if out_path:
-    json.dump(rows, open(out_path, "w"), indent=1)
-for kind in dict.fromkeys(r["kind"] for r in rows):
-    g = sorted(r["gap"] for r in rows if r["kind"] == kind and r["gap"] is not None)
-    print(f"{kind:12s} n={len(g):2d}  best zoom - unchanged (nats): " + " ".join(f"{x:+.1f}" for x in g))
+if __name__ == "__main__":
+    main()

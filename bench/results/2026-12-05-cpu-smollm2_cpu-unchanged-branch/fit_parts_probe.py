@@ -9,19 +9,14 @@ and recall documents of draw DRAW; passkey and multi-key at W = 128, 8x and 16x,
 """
 import json
 import sys
-import zlib
 
 import torch
 
-from mc.build import load_run
-from mc.data.loader import make_source
-from mc.data.real_tasks import filler_window, make_task_doc
-from mc.eval.evaluate import corpus_eval_docs, recall_eval_docs
-from mc.eval.long_range import needle_depth
-from mc.eval.read_budget import at_budget
-from mc.eval.task_suite import SEED_OFFSET
-from mc.refocus import lookahead_fit
 import mc.controller as controller_mod
+from fit_gap_probe import task_docs  # this folder's sibling probe: the same task documents
+from mc.build import load_run
+from mc.eval.evaluate import corpus_eval_docs, recall_eval_docs
+from mc.eval.read_budget import at_budget
 
 run_dir, draw, out_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 torch.set_grad_enabled(False)
@@ -68,18 +63,9 @@ for d in corpus:
 for d in recall_eval_docs(cfg, cfg.eval.n_docs, cfg.eval.doc_tokens):
     rows.append({"kind": "recall", **candidates(d.ids[:-cfg.data.recall.value_len])})
 ctrl, cfg = at_budget(ctrl, cfg, 128)  # same class: the patched fit holds
-source = make_source(type(cfg.data)(source="stdlib"), "val", tokenizer=tok)
-ts = cfg.eval.tasks
-for task in ("passkey", "multikey"):
-    for mult in (8, 16):
-        for depth in (0.1, 0.5, 0.9):
-            for k in range(2):
-                length = mult * 128
-                seed = SEED_OFFSET + draw * 10_000 + k
-                cs = zlib.crc32(repr((task, length, round(depth, 6), seed)).encode())
-                doc = make_task_doc(task, length, needle_depth(depth, ts.depth_jitter, seed), seed, tok,
-                                    filler_window(source, length, cs), n_keys=ts.n_keys, hops=ts.hops)
-                rows.append({"kind": f"{task}-{mult}x", **candidates(doc.ids)})
+for i, (kind, ids) in enumerate(task_docs(cfg, tok, draw, 2)):
+    rows.append({"kind": kind, **candidates(ids)})
+    if i % 6 == 5:  # the rows so far survive a stopped probe
         json.dump(rows, open(out_path, "w"), indent=1)
 json.dump(rows, open(out_path, "w"), indent=1)
 print("written", out_path, len(rows))
