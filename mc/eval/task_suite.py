@@ -100,6 +100,16 @@ def run_sweeps(ctrl, cfg: RunConfig, *, progress: bool = False) -> dict:
     return out
 
 
+def suite_doc(cfg: RunConfig, source, tok, task: str, length: int, depth: float, k: int) -> TaskDoc:
+    """Document ``k`` of one cell (``task``, ``length`` tokens, depth bucket ``depth``) of the run's draw: the one
+    the suite reads, so a probe that calls this reads the same documents."""
+    ts = cfg.eval.tasks
+    seed = SEED_OFFSET + draw_seed(cfg) * 10_000 + k
+    cell_seed = zlib.crc32(repr((task, length, round(depth, 6), seed)).encode())
+    return make_task_doc(task, length, needle_depth(depth, ts.depth_jitter, seed), seed, tok,
+                         filler_window(source, length, cell_seed), n_keys=ts.n_keys, hops=ts.hops)
+
+
 def run_task_suite(ctrl, cfg: RunConfig, *, progress: bool = False, source=None) -> dict:
     """The sweep (see the module docstring); ``{}`` when ``eval.tasks.tasks`` is empty. ``source``: the filler's
     corpus source (default: the held-out split of the run's corpus, tokenized by its tokenizer)."""
@@ -120,11 +130,7 @@ def run_task_suite(ctrl, cfg: RunConfig, *, progress: bool = False, source=None)
     bar = tqdm(total=len(combos), desc="tasks", disable=not progress, leave=False)
     t0, rows = time.time(), []
     for task, mult, depth, k in combos:
-        length = mult * budget
-        seed = SEED_OFFSET + draw_seed(cfg) * 10_000 + k
-        cell_seed = zlib.crc32(repr((task, length, round(depth, 6), seed)).encode())
-        doc = make_task_doc(task, length, needle_depth(depth, ts.depth_jitter, seed), seed, tok,
-                            filler_window(source, length, cell_seed), n_keys=ts.n_keys, hops=ts.hops)
+        doc = suite_doc(cfg, source, tok, task, mult * budget, depth, k)
         rows.append(_read_doc(ctrl, cfg, doc, mult, depth, k, variants, tok, window))
         bar.update(1)
     bar.close()

@@ -10,34 +10,27 @@ suite's passkey and multi-key documents of the same draw at W = 128, 8x and 16x,
 """
 import json
 import sys
-import zlib
 
 import torch
 
 from mc.build import load_run
 from mc.data.loader import make_source
-from mc.data.real_tasks import filler_window, make_task_doc
 from mc.eval.draws import draw_seed
 from mc.eval.evaluate import corpus_eval_docs, recall_eval_docs
-from mc.eval.long_range import needle_depth
 from mc.eval.read_budget import at_budget
-from mc.eval.task_suite import SEED_OFFSET
+from mc.eval.task_suite import suite_doc
 
 
 def task_docs(cfg, tok, draw: int, per_cell: int):
     """The task suite's passkey and multi-key documents of draw ``draw`` at W = 128 (the caller's ``cfg`` is already
     at that budget), 8x and 16x, depths 0.1 / 0.5 / 0.9, ``per_cell`` each: yields ``(kind, ids)``."""
+    assert draw_seed(cfg) == draw, "the caller's cfg must read draw DRAW (eval.draw_seed)"
     source = make_source(type(cfg.data)(source="stdlib"), "val", tokenizer=tok)
-    ts = cfg.eval.tasks
     for task in ("passkey", "multikey"):
         for mult in (8, 16):
             for depth in (0.1, 0.5, 0.9):
                 for k in range(per_cell):
-                    length = mult * 128
-                    seed = SEED_OFFSET + draw * 10_000 + k
-                    cs = zlib.crc32(repr((task, length, round(depth, 6), seed)).encode())
-                    doc = make_task_doc(task, length, needle_depth(depth, ts.depth_jitter, seed), seed, tok,
-                                        filler_window(source, length, cs), n_keys=ts.n_keys, hops=ts.hops)
+                    doc = suite_doc(cfg, source, tok, task, mult * 128, depth, k)
                     yield f"{task}-{mult}x", doc.ids
 
 
