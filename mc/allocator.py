@@ -336,17 +336,13 @@ class FocusAllocator:
         self.apply(wc, edits)
         return edits
 
-    def make_room(self, wc: WorkingContext, n_new: int, scores: Tensor | Sequence[float] | None = None, *,
-                  strict: bool = True, cooling_last: bool = True) -> list[Edit]:
+    def make_room(self, wc: WorkingContext, n_new: int, scores: Tensor | Sequence[float] | None = None) -> list[Edit]:
         """Collapse sibling groups until ``len(wc) + n_new <= max_entries``; returns the edits applied.
 
         Picks the legal group with the lowest mean score (with ``scores``; a collapsed parent
         inherits its children's mean), else the oldest. Groups under cooldown are used only when
         nothing else is left, since the budget is a hard invariant and hysteresis is not. Each
-        edit's ``index`` is its position at the time it was applied. ValueError if impossible; with
-        ``strict=False`` (a what-if layout, obsidian Focus Allocator "Room fit") it stops instead once no group is
-        left to collapse, and the caller reads ``len(wc)``. With ``cooling_last=False`` the cooldown does not order
-        the choice (the appends past ``allocator.inference.append_hold``, obsidian Focus Allocator "Append hold").
+        edit's ``index`` is its position at the time it was applied. ValueError if impossible.
         """
         if not isinstance(n_new, int) or n_new < 0:
             raise ValueError(f"make_room: n_new must be an integer >= 0, got {n_new!r}")
@@ -356,12 +352,10 @@ class FocusAllocator:
         while len(wc) + n_new > wc.max_entries:
             best = None
             for i in wc.collapsible():
-                key = (cooling_last and self.collapse_blocked(wc, i), sum(s[i : i + K]) / K if s else 0.0, i)
+                key = (self.collapse_blocked(wc, i), sum(s[i : i + K]) / K if s else 0.0, i)
                 if best is None or key < best:
                     best = key
             if best is None:
-                if not strict:
-                    break
                 raise ValueError(
                     f"make_room: cannot fit {n_new} new tokens: {len(wc)} entries, max_entries={wc.max_entries}, "
                     f"and no sibling group outside the recent tail (last {wc.recent_tokens} tokens) can be collapsed "

@@ -39,16 +39,6 @@ class AllocatorInferenceConfig:
     # With branches > 1: only a session of at most this many tokens zooms other paths; a longer one keeps LensNet's zoom
     # or (branch_unchanged) no edit (obsidian Focus Allocator, "Short histories branch"). 0 = any length.
     branch_max_tokens: int = 0
-    # n > 0, with branches > 1: each candidate's fit is the mean of its fit as it stands and its fit once room is made
-    # for n more tokens the way their appends will make it (oldest groups first, blocks the refocus opened last), only
-    # the newest branch_tail_tokens + 1 kept raw: a zoom whose expansions the next appends will pay for with the raw
-    # text before the tail is weighed by that cost (obsidian Focus Allocator, "Room fit"). 0 = off.
-    branch_room_fit: int = 0
-    # n > 0: the appends after a refocus make room around its opened blocks (the cooldown) for n tokens only; past
-    # them they collapse the oldest groups, the refocus's blocks included, before the raw text nearer the tail: at a
-    # small budget a zoom kept cool would otherwise be paid for with the text the next tokens read (obsidian Focus
-    # Allocator, "Append hold"). 0 = the cooldown holds for every append, as for the refocus's own edits.
-    append_hold: int = 0
     # once a zoom has opened a block to LOD0, its next expansion is the bordering gist LensNet scores highest: a record
     # across two blocks is opened whole (obsidian Focus Allocator, "Edge first").
     edge_first: bool = False

@@ -179,12 +179,6 @@ def validate(cfg: RunConfig) -> RunConfig:
     if al.inference.branch_unchanged is True and al.inference.branches < 2:
         _fail("allocator.inference.branch_unchanged", True, "needs allocator.inference.branches >= 2 (the unchanged "
               "layout is kept by the branches' rule); set branches or drop it")
-    _positive("allocator.inference.append_hold", al.inference.append_hold, 0, " (0 = the cooldown holds for every "
-              "append; else tokens after a refocus)")
-    _positive("allocator.inference.branch_room_fit", al.inference.branch_room_fit, 0, " (0 = off; else tokens of room)")
-    if al.inference.branch_room_fit and al.inference.branches < 2:
-        _fail("allocator.inference.branch_room_fit", al.inference.branch_room_fit, "needs allocator.inference."
-              "branches >= 2 (it scores the candidate layouts of a branched refocus); set branches or use 0")
     _positive("allocator.inference.branch_lookahead", al.inference.branch_lookahead, 0, " (0 = off)")
     _positive("allocator.inference.suffix_guard", al.inference.suffix_guard, 0, " (0 = off; else the shortest match in tokens)")
     _positive("allocator.inference.branch_max_tokens", al.inference.branch_max_tokens, 0, " (0 = any length)")

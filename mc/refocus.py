@@ -32,10 +32,6 @@ helpers stay the only call sites of the (possibly compiled) nets.
   told apart by how sure the base is of its answer (obsidian Focus Allocator, "Lookahead fit"); with
   ``allocator.inference.branch_max_tokens = n > 0`` only a session of at most n tokens zooms other paths; a
   longer one's refocus is LensNet's zoom alone, or that zoom against the unchanged layout (:func:`branches_here`);
-* with ``allocator.inference.branch_room_fit = n > 0``, every candidate's fit is the mean of its fit as it stands and
-  under a what-if copy with room made for n more tokens (:func:`room_fit`): a zoom whose opened
-  blocks cool down while the appends collapse the raw text before the tail is weighed by that cost too (obsidian
-  Focus Allocator, "Room fit");
 * with ``allocator.inference.token_anchor``, in a refocus that does not branch (LensNet's zoom alone, or against
   the unchanged layout), the token LensNet scores highest outside the recent tail, when it outscores 0 and every
   gist (:func:`token_anchor`), is protected from the zoom's trades for the cooldown (its block is marked as if just
@@ -83,9 +79,6 @@ def lookahead_fit(s: InferenceSession, next_logits: Callable[[], Tensor], extend
     if n == 0:
         return 0.0
     snap = s.snapshot()
-    # the continuation is read as the tokens right after this refocus: its appends keep the refocus's cooldown as
-    # those will (allocator.inference.append_hold counts from the refocus; restore puts the count back)
-    s.tokens_since_refocus = 0
     total = 0.0
     try:
         for step in range(n):
@@ -98,34 +91,6 @@ def lookahead_fit(s: InferenceSession, next_logits: Callable[[], Tensor], extend
     finally:
         s.restore(snap)
     return total
-
-
-def room_fit(s: InferenceSession, tail_fit_fn: TailFitFn) -> float:
-    """The candidate fit with ``allocator.inference.branch_room_fit``: the mean of ``tail_fit_fn`` under the
-    session's layout and under a what-if copy of it with room made for ``allocator.inference.branch_room_fit``
-    more tokens.
-
-    Why: at a small budget a zoom's expansions are paid for twice, by its trades and, once its opened blocks cool
-    down, by the next appends, which then collapse the raw text before the tail (the oldest group outside the
-    cooldown); the fit of the newest tokens as the layout stands sees neither. The copy makes the same collapses
-    the appends will (:meth:`mc.allocator.FocusAllocator.make_room`: oldest groups first, cooling ones last) with
-    only the newest ``branch_tail_tokens + 1`` tokens kept raw, the entries the fit reads (in the session, those
-    tokens are the newest of the old part and go last). It stops early where nothing is left to collapse. The
-    session's layout and cooldown state are restored afterwards, also when the fit fails (obsidian Focus
-    Allocator, "Room fit")."""
-    inf = s.cfg.allocator.inference
-    now = tail_fit_fn()
-    wc, allocator = s.wc, s.allocator
-    what_if = wc.copy()
-    what_if.recent_tokens = min(wc.recent_tokens, inf.branch_tail_tokens + 1)
-    what_if_allocator = allocator.copy()
-    what_if_allocator.make_room(what_if, inf.branch_room_fit, strict=False)
-    s.wc, s.allocator = what_if, what_if_allocator
-    try:
-        later = tail_fit_fn()
-    finally:
-        s.wc, s.allocator = wc, allocator
-    return (now + later) / 2
 
 
 def zoom(s: InferenceSession, scores_fn: ScoreFn, focus_span: tuple[int, int] | None = None,
@@ -317,9 +282,8 @@ def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn)
         if guarded:
             s.allocator.mark_expanded([(1, b) for b in guarded], s.wc.block_size)
     start_wc, start_allocator = s.wc.copy(), s.allocator.copy()
-    fit = (lambda: room_fit(s, tail_fit_fn)) if inf.branch_room_fit else tail_fit_fn  # one rule for every candidate
     # the base's fit of the newest tokens before any edit: the unchanged layout's candidacy
-    start_fit = fit() if inf.branches > 1 and inf.branch_unchanged else None
+    start_fit = tail_fit_fn() if inf.branches > 1 and inf.branch_unchanged else None
     at_edges: list[tuple] = []  # the anchored zoom's layout once the anchor's edges are open (anchor_path)
 
     def keep_at_edges(path: RefocusRecord) -> None:
@@ -327,12 +291,12 @@ def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn)
     record, first_scores = zoom(s, scores_fn, start_scores=start_scores, anchor=anchor,
                                 on_edges=keep_at_edges if anchor is not None and inf.anchor_path else None)
     if (branched or start_fit is not None) and first_scores:
-        record.branch_fits = [fit()]
+        record.branch_fits = [tail_fit_fn()]
         margin = inf.branch_margin
         kept, kept_fit = (record, s.wc, s.allocator), record.branch_fits[0] + margin
         for path, wc, allocator in at_edges:  # the zoom cut where the anchored record is open; beats it by the margin
             s.wc, s.allocator = wc, allocator
-            record.branch_fits.append(fit())
+            record.branch_fits.append(tail_fit_fn())
             if record.branch_fits[-1] > kept_fit:  # the session's layout after the fit, as for every path
                 kept, kept_fit = (path, s.wc, s.allocator), record.branch_fits[-1]
                 record.branch = len(record.branch_fits) - 1
@@ -343,7 +307,7 @@ def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn)
         for span in spans:
             s.wc, s.allocator = start_wc.copy(), start_allocator.copy()
             path, _ = zoom(s, scores_fn, focus_span=span)
-            record.branch_fits.append(fit())
+            record.branch_fits.append(tail_fit_fn())
             if record.branch_fits[-1] > kept_fit:  # strictly: ties keep the earlier path
                 kept, kept_fit = (path, s.wc, s.allocator), record.branch_fits[-1]
                 record.branch = len(record.branch_fits) - 1

@@ -94,11 +94,8 @@ class InferenceSession:
             else:
                 while wc.max_lod < depth:
                     wc.grow_level()
-                # with append_hold h, the tokens up to the h-th since the last refocus make room around its
-                # blocks, the rest in plain age order (a chunk crossing h is made room for in two parts)
-                for part, cooling_last in self._append_parts(n):
-                    wc.append_tokens(part, over_budget=True)
-                    allocator.make_room(wc, 0, cooling_last=cooling_last)
+                wc.append_tokens(n, over_budget=True)
+                allocator.make_room(wc, 0)
             # One token onto a valid context (a decode step) needs no O(W) walk: append_tokens adds one LOD0
             # entry after the others (the tail start only moves forward, so every gist stays outside the tail),
             # make_room's collapses are each checked by WorkingContext.collapse and it ends within the budget,
@@ -110,15 +107,6 @@ class InferenceSession:
             raise
         self.wc, self.allocator = wc, allocator
         self.tokens_since_refocus += n
-
-    def _append_parts(self, n: int) -> list[tuple[int, bool]]:
-        """``n`` appended tokens as (count, cooldown orders make_room) parts under ``allocator.inference.append_hold``
-        (obsidian Focus Allocator, "Append hold"): one part when the hold is off (0) or not crossed."""
-        hold = self.cfg.allocator.inference.append_hold
-        if hold == 0:
-            return [(n, True)]
-        held = min(n, max(0, hold - self.tokens_since_refocus))
-        return [(k, cool) for k, cool in ((held, True), (n - held, False)) if k]
 
     def snapshot(self) -> tuple:
         """The state appends and refocuses change, for :meth:`restore`: the tree's mark, copies of the working

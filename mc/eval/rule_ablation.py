@@ -29,8 +29,7 @@ BASELINE_ARM = "all rules"
 DEFAULT_ARMS: dict[str, list[str]] = {
     "one branch": ["allocator.inference.branches=1", "allocator.inference.branch_siblings=false",
                    "allocator.inference.branch_unchanged=false", "allocator.inference.anchor_path=false",
-                   "allocator.inference.branch_max_tokens=0", "allocator.inference.branch_lookahead=0",
-                   "allocator.inference.branch_room_fit=0"],
+                   "allocator.inference.branch_max_tokens=0", "allocator.inference.branch_lookahead=0"],
     "no sibling branches": ["allocator.inference.branch_siblings=false"],
     "no unchanged branch": ["allocator.inference.branch_unchanged=false", "allocator.inference.anchor_path=false"],
     "branch margin 0": ["allocator.inference.branch_margin=0.0"],
