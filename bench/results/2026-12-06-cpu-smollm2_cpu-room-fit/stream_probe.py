@@ -27,11 +27,16 @@ torch.set_grad_enabled(False)
 ctrl, tok = load_run(run_dir, device="cpu", overrides=[f"eval.draw_seed={draw}", *overrides])
 cfg = ctrl.cfg
 T = cfg.eval.tail_tokens
+# the hold existed at 54b85b6 only; at a later commit the "hold" column is the plain focused read, not streamed twice
+HAS_HOLD = hasattr(cfg.allocator.inference, "append_hold")
+if not HAS_HOLD:
+    print("allocator.inference.append_hold does not exist at this commit: the hold column repeats `focused`")
 
 
 def stream(s, tail, h):
     """Per-token losses of ``tail`` appended one token at a time to the session as it stands."""
-    cfg.allocator.inference.append_hold = s.cfg.allocator.inference.append_hold = h
+    if HAS_HOLD:
+        cfg.allocator.inference.append_hold = s.cfg.allocator.inference.append_hold = h
     out = []
     for t in tail:
         out.append(float(F.cross_entropy(ctrl.next_token_logits()[None].float(), t.view(1))))
@@ -50,7 +55,7 @@ for d in docs:
     snap = s.snapshot()
     foc = stream(s, tail, 0)
     s.restore(snap)
-    held = stream(s, tail, hold)
+    held = stream(s, tail, hold) if HAS_HOLD else foc
     rows.append({"doc": d.name, "edits": edits, "compressed": comp, "focused": foc, "focused_hold": held})
     m = lambda x, k=T: sum(x[:k]) / k  # noqa: E731
     print(f"{d.name:40s} edits {edits:2d}  tail: compressed {m(comp):.3f} focused {m(foc):.3f} hold {m(held):.3f}"
