@@ -267,6 +267,9 @@ class EvalConfig:
     n_docs: int = 16  # held-out documents per evaluation source
     doc_tokens: int = 2048  # length of each held-out document
     tail_tokens: int = 64  # next-token loss is measured over this document tail
+    # also read the tail token by token (*_stream_loss: each token under the layout as it stands before it,
+    # recency a sliding window), as a session decodes; the chunked *_tail_loss stays (obsidian Evaluation)
+    stream_tail: bool = True
     long_range: LongRangeConfig = field(default_factory=LongRangeConfig)  # the sweep past the window (off by default)
     tasks: TaskSuiteConfig = field(default_factory=TaskSuiteConfig)  # real-text tasks for any tokenizer (off by default)
     # documents' draw (mc.eval.draws): None = fresh per run10.sh / mc_eval.py evaluation (stated), N = draw N again

@@ -265,8 +265,8 @@ class Kit:
         figures = {"joined": joined, "preset": geometry[0],
                    "stage_seconds": stage_seconds(r["log"]),
                    "stage2": {k: summary.get(k) for k in ("steps", "sec_per_step", "lm_loss", "val_lm_loss")},
-                   "corpus_tail_loss": {v: round(x["mean"], 4) for v, x in
-                                        (ev.get("metrics") or {}).get("corpus_tail_loss", {}).items()},
+                   **{m: {v: round(x["mean"], 4) for v, x in (ev.get("metrics") or {}).get(m, {}).items()}
+                      for m in ("corpus_tail_loss", "corpus_stream_loss")},
                    "tasks_mean_over_depths": {k: round(sum(v) / len(v), 3) for k, v in tasks.items()}}
         ok = r["rc"] == 0 and (run_dir / "report.md").is_file() and bool(tasks)
         if ok:

@@ -31,6 +31,8 @@ WEAK_COPY = 0.5  # full-context exact recall below this: the recall columns cann
 CHANCE_NLL = 0.9 * math.log(10)  # recall answer loss near ln 10 per digit: the base never learnt the copy
 METRIC_COLUMNS = (("corpus_tail_loss", "corpus tail loss (nats/token)", False),
                   ("recall_tail_loss", "recall-doc tail loss", False),
+                  ("corpus_stream_loss", "corpus tail, token by token", False),
+                  ("recall_stream_loss", "recall-doc tail, token by token", False),
                   ("recall_answer_nll", "recall answer loss", False),
                   ("recall_accuracy", "exact recall", True))
 
@@ -251,7 +253,8 @@ def _evaluation(rep: _Report) -> None:
         cells = []
         for c in cols:
             cell = fmt_ci((metrics.get(c[0]) or {}).get(v), percent=c[2])
-            task = "recall" if c[0].startswith("recall") else "tail"
+            # the tail losses of recall documents come from the tail's refocus, the answers from the query's
+            task = "recall" if c[0] in ("recall_answer_nll", "recall_accuracy") else "tail"
             if v in ("focused", "random") and task in per_task:  # the edit count beside every focused number
                 cell += f" ({per_task[task][v]:.1f} edits/refocus)"
             cells.append(cell)

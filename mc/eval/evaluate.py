@@ -26,7 +26,9 @@ entries, the number the recency window holds. (c) and (d) differ only by the ref
 never sees the tokens it is scored on.
 
 Metrics (per document, then mean and 95% CI over documents, see :mod:`mc.eval.stats`): next-token loss
-of the last ``eval.tail_tokens`` tokens (teacher forced), on corpus and recall documents; on recall documents
+of the last ``eval.tail_tokens`` tokens (teacher forced), on corpus and recall documents, read in one chunk
+(``*_tail_loss``, as above) and, with ``eval.stream_tail``, token by token as a session reads it
+(``*_stream_loss``, :mod:`mc.eval.streamed`: each token under what the budget holds right before it); on recall documents
 the exact recall of the queried value by greedy decoding of ``value_len`` tokens after the query, and the
 teacher-forced loss of those value tokens. All GistNet/LensNet use goes through the controller.
 """
@@ -51,12 +53,15 @@ from mc.eval.focus_policies import oracle_refocus, random_refocus
 from mc.eval.record_rank import record_rank
 from mc.eval.task_suite import run_sweeps
 from mc.eval.stats import mean_ci, paired_diff_ci, proportion_ci
+from mc.eval.streamed import lod0_stream_loss, wc_stream_loss
 from mc.io import write_json
 from mc.refocus import refocus_edit_budget
 from mc.train.checkpoint import load_finite_checkpoint
 
 VARIANTS = ("full", "recency", "compressed", "focused", "random")
 PAIRS = (("focused", "recency"), ("focused", "compressed"), ("focused", "random"), ("compressed", "recency"))
+METRICS = ("corpus_tail_loss", "recall_tail_loss", "corpus_stream_loss", "recall_stream_loss", "recall_answer_nll",
+           "recall_accuracy")
 N_LOD_MAPS = 3  # working contexts per source whose layout before/after refocus is kept for the report
 
 
@@ -208,14 +213,22 @@ def _scored_logits(ctrl: MCController, n_scored: int, expect: Tensor) -> tuple[T
 
 
 @torch.no_grad()
-def wc_tail_loss(ctrl: MCController, ids: Tensor, *, tail: int, focus: Focus) -> dict:
-    """Variant (c)/(d) tail loss: WC over ``ids[:-tail]`` (+ refocus), tail appended at LOD0."""
+def wc_tail_loss(ctrl: MCController, ids: Tensor, *, tail: int, focus: Focus, stream: bool = False) -> dict:
+    """Variant (c)/(d) tail loss: WC over ``ids[:-tail]`` (+ refocus), tail appended at LOD0 in one chunk.
+
+    ``stream``: also ``stream_loss``, the same tail read token by token from the same refocused session
+    (:func:`mc.eval.streamed.wc_stream_loss`; a snapshot, so the refocus is made once)."""
     s, before, edits = _prefix_session(ctrl, ids[:-tail], focus=focus)
     after = s.wc.entries
+    snap = s.snapshot() if stream else None
     ctrl.append(ids[-tail:], refocus=False)  # the session makes room (collapses) within the budget
     logits, tgt = _scored_logits(ctrl, tail, ids[-tail:])
-    return {"loss": float(F.cross_entropy(logits, tgt)), "entries": len(s.wc), "edits": edits,
-            "before": before, "after": after}
+    out = {"loss": float(F.cross_entropy(logits, tgt)), "entries": len(s.wc), "edits": edits,
+           "before": before, "after": after}
+    if stream:
+        s.restore(snap)
+        out["stream_loss"] = wc_stream_loss(ctrl, ids[-tail:])
+    return out
 
 
 @torch.no_grad()
@@ -265,8 +278,10 @@ def _show(ids: list[int], tok=None) -> str:
 def _summarise(per_doc: list[dict]) -> tuple[dict, dict]:
     metrics: dict[str, dict] = {}
     paired: dict[str, dict] = {}
-    for metric in ("corpus_tail_loss", "recall_tail_loss", "recall_answer_nll", "recall_accuracy"):
+    for metric in METRICS:
         rows = [d["values"][metric] for d in per_doc if metric in d["values"]]
+        if not rows:  # eval.stream_tail off: no streamed rows
+            continue
         ci = proportion_ci if metric == "recall_accuracy" else mean_ci
         metrics[metric] = {v: ci([float(r[v]) for r in rows]) for v in VARIANTS}
         paired[metric] = {f"{a}-{b}": paired_diff_ci([float(r[a]) for r in rows], [float(r[b]) for r in rows])
@@ -278,7 +293,7 @@ def evaluate_docs(ctrl: MCController, cfg: RunConfig, docs: list[EvalDoc], *, pr
     """Score every document under the four variants; per-document rows, summaries and LOD maps."""
     mc, ev = cfg.mc, cfg.eval
     B, T, vl = mc.max_entries, ev.tail_tokens, cfg.data.recall.value_len
-    full_window = cfg.model.max_seq_len
+    full_window, stream = cfg.model.max_seq_len, ev.stream_tail
     base, tok = ctrl.base, tokenizer_for(cfg.model)
     per_doc, lod_maps = [], []
     kept = {"corpus": 0, "recall": 0}
@@ -293,13 +308,18 @@ def evaluate_docs(ctrl: MCController, cfg: RunConfig, docs: list[EvalDoc], *, pr
             raise ValueError(f"evaluation document {doc.name} has {n} tokens, not more than the budget "
                              f"mc.max_entries={B}; raise eval.doc_tokens")
         row = {"source": doc.source, "doc": doc.name, "num_tokens": n, "values": {}, "entries": {}}
-        c = wc_tail_loss(ctrl, doc.ids, tail=T, focus=Focus("none"))
-        d = wc_tail_loss(ctrl, doc.ids, tail=T, focus=Focus("lensnet"))
-        e = wc_tail_loss(ctrl, doc.ids, tail=T, focus=_random_focus(cfg, doc.name, d["edits"]))
-        key = f"{doc.source}_tail_loss"
-        row["values"][key] = {"full": lod0_tail_loss(base, doc.ids, window=min(n, full_window), tail=T),
-                              "recency": lod0_tail_loss(base, doc.ids, window=B, tail=T),
-                              "compressed": c["loss"], "focused": d["loss"], "random": e["loss"]}
+        c = wc_tail_loss(ctrl, doc.ids, tail=T, focus=Focus("none"), stream=stream)
+        d = wc_tail_loss(ctrl, doc.ids, tail=T, focus=Focus("lensnet"), stream=stream)
+        e = wc_tail_loss(ctrl, doc.ids, tail=T, focus=_random_focus(cfg, doc.name, d["edits"]), stream=stream)
+        row["values"][f"{doc.source}_tail_loss"] = {
+            "full": lod0_tail_loss(base, doc.ids, window=min(n, full_window), tail=T),
+            "recency": lod0_tail_loss(base, doc.ids, window=B, tail=T),
+            "compressed": c["loss"], "focused": d["loss"], "random": e["loss"]}
+        if stream:  # each tail token under what the budget holds right before it (recency: a sliding window)
+            row["values"][f"{doc.source}_stream_loss"] = {
+                "full": lod0_stream_loss(base, doc.ids, window=full_window, tail=T),
+                "recency": lod0_stream_loss(base, doc.ids, window=B, tail=T),
+                "compressed": c["stream_loss"], "focused": d["stream_loss"], "random": e["stream_loss"]}
         row["entries"]["tail"] = {"full": min(n, full_window), "recency": B, "compressed": c["entries"],
                                   "focused": d["entries"], "random": e["entries"]}
         row["edits"] = {"tail": d["edits"]}
@@ -383,6 +403,7 @@ def run_evaluation(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True
         "torch": torch.__version__,
         "seconds": round(time.time() - t0, 2), "budget": cfg.mc.max_entries,
         "settings": {"n_docs": ev.n_docs, "doc_tokens": ev.doc_tokens, "tail_tokens": ev.tail_tokens,
+                     "stream_tail": ev.stream_tail,
                      "value_len": cfg.data.recall.value_len, "max_seq_len": cfg.model.max_seq_len, "draw_seed":
                      draw_seed(cfg), "draw_seed_set": cfg.eval.draw_seed is not None, "refocus": to_dict(cfg.allocator),
                      "compile_inference": {
