@@ -15,7 +15,7 @@ def _share(cells: list[dict], key: str) -> float | None:  # document-weighted me
 
 def long_range_section(rep, lr: dict, warning: str | None = None) -> None:
     """The long-range sweep: a table per task (variant x length, averaged over depths) and heatmaps; ``warning``
-    (the base's own copy failed, :func:`mc.app.report.base_copy_warning`) is repeated above it."""
+    (the base's own copy failed, :func:`mc.app.report_eval.base_copy_warning`) is repeated above it."""
     from mc.app.plots import plot_long_range_heatmaps  # noqa: PLC0415
     if not lr.get("cells"):
         return

@@ -46,9 +46,9 @@ from torch import Tensor
 from mc.config import RunConfig, to_dict
 from mc.controller import MCController
 from mc.data.hf_tokenizer import tokenizer_for
-from mc.data.split import VAL_SEED_OFFSET
 from mc.eval.baselines import lod0_answer, lod0_tail_loss
-from mc.eval.draws import draw_seed, recall_doc_index
+from mc.eval.draws import draw_seed
+from mc.eval.eval_docs import EvalDoc, corpus_eval_docs, recall_eval_docs
 from mc.eval.focus_policies import oracle_refocus, random_refocus
 from mc.eval.record_rank import record_rank
 from mc.eval.task_suite import run_sweeps
@@ -63,56 +63,6 @@ PAIRS = (("focused", "recency"), ("focused", "compressed"), ("focused", "random"
 METRICS = ("corpus_tail_loss", "recall_tail_loss", "corpus_stream_loss", "recall_stream_loss", "recall_answer_nll",
            "recall_accuracy")
 N_LOD_MAPS = 3  # working contexts per source whose layout before/after refocus is kept for the report
-
-
-@dataclass
-class EvalDoc:
-    source: str  # "corpus" | "recall"
-    name: str
-    ids: Tensor  # [N] long
-    recall: object | None = None  # mc.data.recall.RecallDoc for recall documents
-
-
-# ----------------------------------------------------------------------------- documents
-
-
-def corpus_eval_docs(cfg: RunConfig, n: int, doc_tokens: int, *, max_files: int | None = None) -> tuple[list[EvalDoc], str]:
-    """``n`` windows of ``doc_tokens`` tokens from distinct validation-split documents that are at
-    least that long (window start seeded); falls back to stream windows when too few are."""
-    if cfg.data.source == "recall":
-        return [], "data.source=recall: no corpus; only recall documents are evaluated"
-    from mc.data.loader import make_source  # noqa: PLC0415 - corpus scanning only when needed
-
-    src = make_source(cfg.data, "val", max_files=max_files, tokenizer=tokenizer_for(cfg.model))
-    docs = src.docs
-    long_ = [i for i in range(len(docs)) if docs.num_tokens(i) >= doc_tokens]
-    g = torch.Generator().manual_seed(draw_seed(cfg) + VAL_SEED_OFFSET)
-    order = torch.randperm(len(long_), generator=g).tolist()
-    out = []
-    for j in order:
-        if len(out) == n:
-            break
-        i = long_[j]
-        toks = docs.tokens(i)
-        if toks.numel() < doc_tokens:  # num_tokens counts bytes; a model=hf tokenizer's encoding is shorter
-            continue
-        start = int(torch.randint(0, toks.numel() - doc_tokens + 1, (1,), generator=g))
-        out.append(EvalDoc("corpus", f"{docs.keys[i]}@{start}", toks[start:start + doc_tokens].clone()))
-    note = f"{len(out)} windows of distinct {docs.name} documents >= {doc_tokens} tokens"
-    if len(out) < n:
-        extra = src.stream.sample_batch(n - len(out), doc_tokens, g)
-        out += [EvalDoc("corpus", f"{docs.name}:stream#{k}", row) for k, row in enumerate(extra)]
-        note += f"; {n - len(out) + len(extra)} stream windows (spanning documents) made up the rest"
-    return out, note
-
-
-def recall_eval_docs(cfg: RunConfig, n: int, doc_tokens: int) -> list[EvalDoc]:
-    """Validation-seed recall documents (a seed namespace disjoint from training's)."""
-    from mc.data.loader import RecallSource, corpus_haystack  # noqa: PLC0415
-    tok = tokenizer_for(cfg.model)
-    src = RecallSource(cfg.data.recall, "val", tok, haystack=corpus_haystack(cfg.data, "val", tok))
-    docs = [src.doc(recall_doc_index(cfg, k), seq_len=doc_tokens) for k in range(n)]
-    return [EvalDoc("recall", f"recall:val#{k}", d.ids, d) for k, d in enumerate(docs)]
 
 
 # ----------------------------------------------------------------------------- loading
