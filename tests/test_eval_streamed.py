@@ -33,7 +33,7 @@ def test_lod0_stream_loss_is_a_sliding_window(ctrl):
         for t in range(100 - tail, 100):
             ctx = ids[max(0, t - window): t]
             want.append(float(F.cross_entropy(base(ctx[None])[0, -1:].float(), ids[t: t + 1])))
-        got = lod0_stream_loss(base, ids, window=window, tail=tail, batch=7)  # batches that do not divide evenly
+        got = lod0_stream_loss(base, ids, window=window, tail=tail, batch_tokens=7 * window)  # uneven batches
         assert got == pytest.approx(sum(want) / len(want), abs=1e-5), (window, tail)
     # with the whole prefix in view every token sees everything before it: the chunked read is the same
     assert lod0_stream_loss(base, ids, window=100, tail=30) == pytest.approx(

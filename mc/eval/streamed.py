@@ -23,12 +23,13 @@ from mc.positions import base_positions_list
 
 
 @torch.no_grad()
-def lod0_stream_loss(base, ids: Tensor, *, window: int, tail: int, batch: int = 64) -> float:
+def lod0_stream_loss(base, ids: Tensor, *, window: int, tail: int, batch_tokens: int = 1 << 16) -> float:
     """Mean loss of the last ``tail`` tokens of ``ids [N]``, each predicted from the ``window`` tokens before it.
 
     Tokens at index ``t <= window`` see the whole prefix ``ids[:t]``: one causal pass over ``ids[:window]``
     gives them all (teacher forcing *is* streaming there). Later ones see ``ids[t - window: t]``, equal-length
-    windows run ``batch`` at a time, only their last position through the LM head.
+    windows run together up to ``batch_tokens`` tokens a forward (W = 2048 windows on a GPU: 32 a forward), only
+    their last position through the LM head.
     """
     ids = torch.as_tensor(ids, dtype=torch.long).reshape(-1)
     n = ids.numel()
@@ -46,6 +47,7 @@ def lod0_stream_loss(base, ids: Tensor, *, window: int, tail: int, batch: int = 
         idx = torch.tensor([t - 1 for t in early], device=dev)
         losses.append(F.cross_entropy(logits[idx].float(), ids[idx + 1], reduction="none"))
     late = [t for t in targets if t > window]
+    batch = max(1, batch_tokens // window)
     for i in range(0, len(late), batch):
         ts = torch.tensor(late[i: i + batch], device=dev)
         ctx = ids[ts[:, None] - window + torch.arange(window, device=dev)]  # [b, window]
