@@ -107,9 +107,12 @@ def test_evaluation_reports_the_streamed_metrics(tmp_path):
     write_report(cfg, tmp_path)
     report = (tmp_path / "report.md").read_text()
     assert "corpus tail, token by token" in report and "recall-doc tail, token by token" in report
+    assert "The tail is read two ways" in report
 
     off = tiny_cfg(n_docs=2, stream_tail=False)
     out = run_evaluation(off, fake_run(tmp_path / "off", off), progress=False, max_files=150)
     assert "corpus_stream_loss" not in out["metrics"]
     assert not any("corpus_stream_loss" in r["values"] for r in out["per_doc"])
     assert json.loads((tmp_path / "off" / "eval" / "eval.json").read_text())["settings"]["stream_tail"] is False
+    write_report(off, tmp_path / "off")
+    assert "The tail is read two ways" not in (tmp_path / "off" / "report.md").read_text()

@@ -24,6 +24,11 @@ METRIC_COLUMNS = (("corpus_tail_loss", "corpus tail loss (nats/token)", False),
                   ("recall_stream_loss", "recall-doc tail, token by token", False),
                   ("recall_answer_nll", "recall answer loss", False),
                   ("recall_accuracy", "exact recall", True))
+STREAM_NOTE = ("The tail is read two ways. *Tail loss*: the tail appended in one chunk, every tail token scored under "
+               "the layout after the last append (so it pays for collapses that later tail tokens force). *Token by "
+               "token*: each tail token scored under what the budget holds right before it, as a decoding session "
+               "reads it (recency: the last budget-many tokens before each token). Read the token-by-token columns "
+               "for what a session gets.")
 
 
 def _edits_per_refocus(per_doc: list[dict]) -> dict[str, dict[str, float]]:
@@ -105,6 +110,8 @@ def evaluation_section(rep) -> None:
     ci = ev.get("ci", {})
     rep.add("", f"Intervals: losses — {ci.get('losses', '?')}; accuracy — {ci.get('accuracy', '?')}. "
             "Lower loss is better, higher recall is better.", "")
+    if "corpus_stream_loss" in metrics or "recall_stream_loss" in metrics:
+        rep.add(STREAM_NOTE, "")
     paired = ev.get("paired", {})
     if paired:
         rep.add("Paired differences over the same documents (a − b, 95% interval; an interval that excludes 0 is a "
