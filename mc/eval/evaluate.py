@@ -261,13 +261,13 @@ def evaluate_docs(ctrl: MCController, cfg: RunConfig, docs: list[EvalDoc], *, pr
         c = wc_tail_loss(ctrl, doc.ids, tail=T, focus=Focus("none"), stream=stream)
         d = wc_tail_loss(ctrl, doc.ids, tail=T, focus=Focus("lensnet"), stream=stream)
         e = wc_tail_loss(ctrl, doc.ids, tail=T, focus=_random_focus(cfg, doc.name, d["edits"]), stream=stream)
+        full = lod0_tail_loss(base, doc.ids, window=min(n, full_window), tail=T)
         row["values"][f"{doc.source}_tail_loss"] = {
-            "full": lod0_tail_loss(base, doc.ids, window=min(n, full_window), tail=T),
-            "recency": lod0_tail_loss(base, doc.ids, window=B, tail=T),
+            "full": full, "recency": lod0_tail_loss(base, doc.ids, window=B, tail=T),
             "compressed": c["loss"], "focused": d["loss"], "random": e["loss"]}
         if stream:  # each tail token under what the budget holds right before it (recency: a sliding window)
-            row["values"][f"{doc.source}_stream_loss"] = {
-                "full": lod0_stream_loss(base, doc.ids, window=full_window, tail=T),
+            row["values"][f"{doc.source}_stream_loss"] = {  # within the window, teacher forcing is streaming
+                "full": full if n <= full_window else lod0_stream_loss(base, doc.ids, window=full_window, tail=T),
                 "recency": lod0_stream_loss(base, doc.ids, window=B, tail=T),
                 "compressed": c["stream_loss"], "focused": d["stream_loss"], "random": e["stream_loss"]}
         row["entries"]["tail"] = {"full": min(n, full_window), "recency": B, "compressed": c["entries"],

@@ -21,7 +21,6 @@ from torch import Tensor
 from mc.positions import base_positions_list
 
 
-
 @torch.no_grad()
 def lod0_stream_loss(base, ids: Tensor, *, window: int, tail: int, batch_tokens: int = 1 << 16) -> float:
     """Mean loss of the last ``tail`` tokens of ``ids [N]``, each predicted from the ``window`` tokens before it.
