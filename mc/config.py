@@ -270,6 +270,9 @@ class EvalConfig:
     # also read the tail token by token (*_stream_loss: each token under the layout as it stands before it,
     # recency a sliding window), as a session decodes; the chunked *_tail_loss stays (obsidian Evaluation)
     stream_tail: bool = True
+    # > 0: also read each document's last session_tail tokens as a decoding session does, token by token with a
+    # refocus every allocator.inference.refocus_interval tokens (*_session_loss; mc.eval.session_read); 0 = off
+    session_tail: int = 0
     long_range: LongRangeConfig = field(default_factory=LongRangeConfig)  # the sweep past the window (off by default)
     tasks: TaskSuiteConfig = field(default_factory=TaskSuiteConfig)  # real-text tasks for any tokenizer (off by default)
     # documents' draw (mc.eval.draws): None = fresh per run10.sh / mc_eval.py evaluation (stated), N = draw N again

@@ -293,6 +293,13 @@ def validate(cfg: RunConfig) -> RunConfig:
         _positive(f"eval.{k}", getattr(e, k))
     if e.tail_tokens > mc.recent_tokens:
         _fail("eval.tail_tokens", e.tail_tokens, f"must be <= mc.recent_tokens ({mc.recent_tokens}) so the tail is LOD0")
+    _positive("eval.session_tail", e.session_tail, 0, " (0 = no session read)")
+    every = cfg.allocator.inference.refocus_interval
+    if e.session_tail and not every < e.session_tail < e.doc_tokens:
+        _fail("eval.session_tail", e.session_tail, f"a session read needs a tail longer than "
+              f"allocator.inference.refocus_interval ({every}), so that a scheduled refocus falls inside it, and "
+              f"shorter than eval.doc_tokens ({e.doc_tokens}), so that a prefix is left: set it in ({every}, "
+              f"{e.doc_tokens}) or 0")
     if e.draw_seed is not None and (not isinstance(e.draw_seed, int) or isinstance(e.draw_seed, bool)
                                     or not 0 <= e.draw_seed < 2 ** 31):
         _fail("eval.draw_seed", e.draw_seed, "expected null (a fresh draw per evaluation) or an integer in [0, 2^31)")

@@ -22,6 +22,8 @@ METRIC_COLUMNS = (("corpus_tail_loss", "corpus tail loss (nats/token)", False),
                   ("recall_tail_loss", "recall-doc tail loss", False),
                   ("corpus_stream_loss", "corpus tail, token by token", False),
                   ("recall_stream_loss", "recall-doc tail, token by token", False),
+                  ("corpus_session_loss", "corpus, as a session reads it", False),
+                  ("recall_session_loss", "recall doc, as a session reads it", False),
                   ("recall_answer_nll", "recall answer loss", False),
                   ("recall_accuracy", "exact recall", True))
 STREAM_NOTE = ("The tail is read two ways. *Tail loss*: the tail appended in one chunk, every tail token scored under "
@@ -31,12 +33,25 @@ STREAM_NOTE = ("The tail is read two ways. *Tail loss*: the tail appended in one
                "for what a session gets.")
 
 
+def session_note(settings: dict) -> str:
+    """The line that says how the session columns were read (``eval.session_tail``)."""
+    S, every = settings.get("session_tail"), settings.get("refocus_interval")
+    return (f"*As a session reads it*: each document's last {S} tokens token by token, `focused` refocused by "
+            f"LensNet at their start and after every {every} tokens as `generate` does, `random` refocused at the "
+            "same moments with as many edits from random scores, `compressed` never refocused; `recency` / `full` "
+            "a sliding window.")
+
+
 def _edits_per_refocus(per_doc: list[dict]) -> dict[str, dict[str, float]]:
-    """Mean edits per refocus ``{task: {"focused": x, "random": y}}`` from the per-document rows."""
+    """Mean edits per refocus ``{task: {"focused": x, "random": y}}`` from the per-document rows (``session``: over
+    every refocus of the session reads)."""
     out: dict[str, dict[str, float]] = {}
-    for task in ("tail", "recall"):
+    for task in ("tail", "recall", "session"):
         for v, key in (("focused", "edits"), ("random", "random_edits")):
-            vals = [d[key][task] for d in per_doc if isinstance(d.get(key, {}).get(task), int)]
+            if task == "session":
+                vals = [x for d in per_doc for x in (d.get("session_edits") or {}).get(v, [])]
+            else:
+                vals = [d[key][task] for d in per_doc if isinstance(d.get(key, {}).get(task), int)]
             if vals:
                 out.setdefault(task, {})[v] = sum(vals) / len(vals)
         if task in out:
@@ -99,7 +114,8 @@ def evaluation_section(rep) -> None:
         for c in cols:
             cell = fmt_ci((metrics.get(c[0]) or {}).get(v), percent=c[2])
             # the tail losses of recall documents come from the tail's refocus, the answers from the query's
-            task = "recall" if c[0] in ("recall_answer_nll", "recall_accuracy") else "tail"
+            task = ("recall" if c[0] in ("recall_answer_nll", "recall_accuracy") else
+                    "session" if c[0].endswith("_session_loss") else "tail")
             if v in ("focused", "random") and task in per_task:  # the edit count beside every focused number
                 cell += f" ({per_task[task][v]:.1f} edits/refocus)"
             cells.append(cell)
@@ -112,6 +128,8 @@ def evaluation_section(rep) -> None:
             "Lower loss is better, higher recall is better.", "")
     if "corpus_stream_loss" in metrics or "recall_stream_loss" in metrics:
         rep.add(STREAM_NOTE, "")
+    if "corpus_session_loss" in metrics or "recall_session_loss" in metrics:
+        rep.add(session_note(s), "")
     paired = ev.get("paired", {})
     if paired:
         rep.add("Paired differences over the same documents (a − b, 95% interval; an interval that excludes 0 is a "

@@ -28,7 +28,9 @@ never sees the tokens it is scored on.
 Metrics (per document, then mean and 95% CI over documents, see :mod:`mc.eval.stats`): next-token loss
 of the last ``eval.tail_tokens`` tokens (teacher forced), on corpus and recall documents, read in one chunk
 (``*_tail_loss``, as above) and, with ``eval.stream_tail``, token by token as a session reads it
-(``*_stream_loss``, :mod:`mc.eval.streamed`: each token under what the budget holds right before it); on recall documents
+(``*_stream_loss``, :mod:`mc.eval.streamed`: each token under what the budget holds right before it), and with
+``eval.session_tail`` the document's last tokens read by a session that refocuses every ``refocus_interval`` tokens
+(``*_session_loss``, :mod:`mc.eval.session_read`); on recall documents
 the exact recall of the queried value by greedy decoding of ``value_len`` tokens after the query, and the
 teacher-forced loss of those value tokens. All GistNet/LensNet use goes through the controller.
 """
@@ -36,7 +38,6 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -49,8 +50,9 @@ from mc.data.hf_tokenizer import tokenizer_for
 from mc.eval.baselines import lod0_answer, lod0_tail_loss
 from mc.eval.draws import draw_seed
 from mc.eval.eval_docs import EvalDoc, corpus_eval_docs, recall_eval_docs
-from mc.eval.focus_policies import oracle_refocus, random_refocus
+from mc.eval.focus_policies import Focus, prefix_session, random_focus_for
 from mc.eval.record_rank import record_rank
+from mc.eval.session_read import session_losses
 from mc.eval.task_suite import run_sweeps
 from mc.eval.stats import mean_ci, paired_diff_ci, proportion_ci
 from mc.eval.streamed import lod0_stream_loss, wc_stream_loss
@@ -60,8 +62,8 @@ from mc.train.checkpoint import load_finite_checkpoint
 
 VARIANTS = ("full", "recency", "compressed", "focused", "random")
 PAIRS = (("focused", "recency"), ("focused", "compressed"), ("focused", "random"), ("compressed", "recency"))
-METRICS = ("corpus_tail_loss", "recall_tail_loss", "corpus_stream_loss", "recall_stream_loss", "recall_answer_nll",
-           "recall_accuracy")
+METRICS = ("corpus_tail_loss", "recall_tail_loss", "corpus_stream_loss", "recall_stream_loss", "corpus_session_loss",
+           "recall_session_loss", "recall_answer_nll", "recall_accuracy")
 N_LOD_MAPS = 3  # working contexts per source whose layout before/after refocus is kept for the report
 
 
@@ -109,43 +111,6 @@ def load_trained_controller(cfg: RunConfig, run_dir: str | Path, *, device: torc
 # ----------------------------------------------------------------------------- WC variants (c) and (d)
 
 
-@dataclass
-class Focus:
-    """How a prefix session is refocused before scoring: ``kind`` is ``none`` (variant c),
-    ``lensnet`` (d), ``random`` (e: ``n_edits`` random-score edits drawn from ``generator``) or
-    ``oracle`` (the best layout around ``span``: :mod:`mc.eval.oracle_layout`)."""
-
-    kind: str = "none"
-    n_edits: int = 0
-    generator: torch.Generator | None = None
-    span: tuple[int, int] | None = None
-
-
-def _prefix_session(ctrl: MCController, prefix: Tensor, *, focus: Focus) -> tuple:
-    """Session over ``prefix`` (``WorkingContext.build(fill=True)`` at the budget), refocused as
-    ``focus`` says. Returns ``(session, entries_before_refocus, n_edits)``."""
-    s = ctrl.begin_session(prefix)
-    before = s.wc.entries
-    if focus.kind == "lensnet":
-        edits = len(ctrl.refocus().edits)
-    elif focus.kind == "random":
-        edits = random_refocus(ctrl, focus.n_edits, focus.generator)
-    elif focus.kind == "oracle":
-        edits = oracle_refocus(ctrl, focus.span)
-    elif focus.kind == "none":
-        edits = 0
-    else:
-        raise ValueError(f"unknown focus kind {focus.kind!r}; expected none, lensnet, random or oracle")
-    return s, before, edits
-
-
-def _random_focus(cfg: RunConfig, doc_name: str, n_edits: int) -> Focus:
-    """The random control for one document: seeded by the run seed and the document, so the same
-    document gets the same random edits in every variant that needs them."""
-    seed = (draw_seed(cfg) * 1_000_003 + sum(map(ord, doc_name))) % (2 ** 31)
-    return Focus("random", n_edits=n_edits, generator=torch.Generator().manual_seed(seed))
-
-
 def _scored_logits(ctrl: MCController, n_scored: int, expect: Tensor) -> tuple[Tensor, Tensor]:
     """Base-model logits predicting the session's last ``n_scored`` tokens, and those tokens."""
     s = ctrl.session
@@ -168,7 +133,7 @@ def wc_tail_loss(ctrl: MCController, ids: Tensor, *, tail: int, focus: Focus, st
 
     ``stream``: also ``stream_loss``, the same tail read token by token from the same refocused session
     (:func:`mc.eval.streamed.wc_stream_loss`; a snapshot, so the refocus is made once)."""
-    s, before, edits = _prefix_session(ctrl, ids[:-tail], focus=focus)
+    s, before, edits = prefix_session(ctrl, ids[:-tail], focus=focus)
     after = s.wc.entries
     snap = s.snapshot() if stream else None
     ctrl.append(ids[-tail:], refocus=False)  # the session makes room (collapses) within the budget
@@ -187,7 +152,7 @@ def wc_recall(ctrl: MCController, ids: Tensor, *, value_len: int, focus: Focus) 
     controller, and (in a second, identical session) the teacher-forced loss of the value."""
     prompt, answer = ids[:-value_len], ids[-value_len:]
     gen_state = focus.generator.get_state() if focus.generator is not None else None
-    s, before, edits = _prefix_session(ctrl, prompt, focus=focus)
+    s, before, edits = prefix_session(ctrl, prompt, focus=focus)
     after = s.wc.entries
     out = []
     for _ in range(value_len):  # no refocus while answering: the layout chosen at the query stands
@@ -197,7 +162,7 @@ def wc_recall(ctrl: MCController, ids: Tensor, *, value_len: int, focus: Focus) 
     entries = len(s.wc)
     if focus.generator is not None:  # the teacher-forced pass must see the same random edits
         focus = Focus(focus.kind, focus.n_edits, torch.Generator().set_state(gen_state), focus.span)
-    _prefix_session(ctrl, prompt, focus=focus)
+    prefix_session(ctrl, prompt, focus=focus)
     ctrl.append(answer, refocus=False)
     logits, tgt = _scored_logits(ctrl, value_len, answer)
     return {"nll": float(F.cross_entropy(logits, tgt)), "exact": out == answer.tolist(), "predicted": out,
@@ -230,7 +195,7 @@ def _summarise(per_doc: list[dict]) -> tuple[dict, dict]:
     paired: dict[str, dict] = {}
     for metric in METRICS:
         rows = [d["values"][metric] for d in per_doc if metric in d["values"]]
-        if not rows:  # eval.stream_tail off: no streamed rows
+        if not rows:  # eval.stream_tail or eval.session_tail off: no such rows
             continue
         ci = proportion_ci if metric == "recall_accuracy" else mean_ci
         metrics[metric] = {v: ci([float(r[v]) for r in rows]) for v in VARIANTS}
@@ -260,7 +225,7 @@ def evaluate_docs(ctrl: MCController, cfg: RunConfig, docs: list[EvalDoc], *, pr
         row = {"source": doc.source, "doc": doc.name, "num_tokens": n, "values": {}, "entries": {}}
         c = wc_tail_loss(ctrl, doc.ids, tail=T, focus=Focus("none"), stream=stream)
         d = wc_tail_loss(ctrl, doc.ids, tail=T, focus=Focus("lensnet"), stream=stream)
-        e = wc_tail_loss(ctrl, doc.ids, tail=T, focus=_random_focus(cfg, doc.name, d["edits"]), stream=stream)
+        e = wc_tail_loss(ctrl, doc.ids, tail=T, focus=random_focus_for(cfg, doc.name, d["edits"]), stream=stream)
         full = lod0_tail_loss(base, doc.ids, window=min(n, full_window), tail=T)
         row["values"][f"{doc.source}_tail_loss"] = {
             "full": full, "recency": lod0_tail_loss(base, doc.ids, window=B, tail=T),
@@ -274,10 +239,14 @@ def evaluate_docs(ctrl: MCController, cfg: RunConfig, docs: list[EvalDoc], *, pr
                                   "focused": d["entries"], "random": e["entries"]}
         row["edits"] = {"tail": d["edits"]}
         row["random_edits"] = {"tail": e["edits"]}
+        if ev.session_tail:  # the last session_tail tokens as a decoding session reads them, refocusing on schedule
+            sr = session_losses(ctrl, cfg, doc.ids, doc.name)
+            row["values"][f"{doc.source}_session_loss"] = sr["values"]
+            row["session_edits"] = sr["edits"]
         if doc.recall is not None:
             rc = wc_recall(ctrl, doc.ids, value_len=vl, focus=Focus("none"))
             rd = wc_recall(ctrl, doc.ids, value_len=vl, focus=Focus("lensnet"))
-            re_ = wc_recall(ctrl, doc.ids, value_len=vl, focus=_random_focus(cfg, doc.name, rd["edits"]))
+            re_ = wc_recall(ctrl, doc.ids, value_len=vl, focus=random_focus_for(cfg, doc.name, rd["edits"]))
             fa = lod0_answer(base, doc.ids, window=min(n, full_window), value_len=vl)
             rb = lod0_answer(base, doc.ids, window=B, value_len=vl)
             by_variant = (("full", fa), ("recency", rb), ("compressed", rc), ("focused", rd), ("random", re_))
@@ -353,7 +322,8 @@ def run_evaluation(cfg: RunConfig, run_dir: str | Path, *, progress: bool = True
         "torch": torch.__version__,
         "seconds": round(time.time() - t0, 2), "budget": cfg.mc.max_entries,
         "settings": {"n_docs": ev.n_docs, "doc_tokens": ev.doc_tokens, "tail_tokens": ev.tail_tokens,
-                     "stream_tail": ev.stream_tail,
+                     "stream_tail": ev.stream_tail, "session_tail": ev.session_tail,
+                     "refocus_interval": cfg.allocator.inference.refocus_interval,
                      "value_len": cfg.data.recall.value_len, "max_seq_len": cfg.model.max_seq_len, "draw_seed":
                      draw_seed(cfg), "draw_seed_set": cfg.eval.draw_seed is not None, "refocus": to_dict(cfg.allocator),
                      "compile_inference": {

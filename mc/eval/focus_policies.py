@@ -16,14 +16,19 @@ Owns the refocus of a controller session under scores that do **not** come from 
 
 ``random`` drives ``session.allocator`` with its own scores, ``oracle`` sets the session's layout; neither
 calls GistNet or LensNet, so the controller's compiled boundary is untouched. LensNet's own refocus is
-``MCController.refocus``.
+``MCController.refocus``. :class:`Focus` names one of them (or LensNet's, or none) and :func:`prefix_session`
+opens a session over a prefix and refocuses it that way: how every evaluation variant starts.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from mc.config import RunConfig
 from mc.controller import MCController
+from mc.eval.draws import draw_seed
 from mc.eval.oracle_layout import plan_oracle_layout
 from mc.refocus import run_refocus
 
@@ -128,3 +133,40 @@ def salience_refocus(ctrl: MCController, question: tuple[int, int]) -> int:
     if ctrl.session is None:
         raise RuntimeError("no session: call controller.begin_session(prompt_ids) first")
     return len(run_refocus(ctrl.session, lambda sess: salience_scores(sess, question), ctrl._tail_fit).edits)
+
+
+@dataclass
+class Focus:
+    """How a prefix session is refocused before scoring: ``kind`` is ``none`` (variant c),
+    ``lensnet`` (d), ``random`` (e: ``n_edits`` random-score edits drawn from ``generator``) or
+    ``oracle`` (the best layout around ``span``: :mod:`mc.eval.oracle_layout`)."""
+
+    kind: str = "none"
+    n_edits: int = 0
+    generator: torch.Generator | None = None
+    span: tuple[int, int] | None = None
+
+
+def prefix_session(ctrl: MCController, prefix: Tensor, *, focus: Focus) -> tuple:
+    """Session over ``prefix`` (``WorkingContext.build(fill=True)`` at the budget), refocused as
+    ``focus`` says. Returns ``(session, entries_before_refocus, n_edits)``."""
+    s = ctrl.begin_session(prefix)
+    before = s.wc.entries
+    if focus.kind == "lensnet":
+        edits = len(ctrl.refocus().edits)
+    elif focus.kind == "random":
+        edits = random_refocus(ctrl, focus.n_edits, focus.generator)
+    elif focus.kind == "oracle":
+        edits = oracle_refocus(ctrl, focus.span)
+    elif focus.kind == "none":
+        edits = 0
+    else:
+        raise ValueError(f"unknown focus kind {focus.kind!r}; expected none, lensnet, random or oracle")
+    return s, before, edits
+
+
+def random_focus_for(cfg: RunConfig, doc_name: str, n_edits: int) -> Focus:
+    """The random control for one document: seeded by the run seed and the document, so the same
+    document gets the same random edits in every variant that needs them."""
+    seed = (draw_seed(cfg) * 1_000_003 + sum(map(ord, doc_name))) % (2 ** 31)
+    return Focus("random", n_edits=n_edits, generator=torch.Generator().manual_seed(seed))

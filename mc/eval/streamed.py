@@ -10,9 +10,13 @@ harm is the metric's"). Here every variant is read the streaming way, at the sam
 * :func:`lod0_stream_loss`: the base model alone, each tail token predicted from at most ``window`` tokens
   right before it (recency is a sliding window of ``B`` raw tokens; ``full`` one of ``model.max_seq_len``);
 * :func:`wc_stream_loss`: a controller session as it stands (refocused or not), each tail token's loss read
-  from the working context before it is appended, then appended at LOD0 with no refocus.
+  from the working context before it is appended, then appended at LOD0 with no refocus;
+* :func:`wc_session_loss`: the same with the refocuses a decoding session makes every ``refocus_interval``
+  tokens (the evaluation's ``*_session_loss``, :mod:`mc.eval.session_read`).
 """
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -91,21 +95,40 @@ def wc_stream_loss(ctrl, tail_ids: Tensor) -> float:
     token: a handful of forwards per tail instead of one per token, the same numbers as the cache-free
     ``next_token_logits`` read before every append.
     """
+    return wc_session_loss(ctrl, tail_ids)[0]
+
+
+@torch.no_grad()
+def wc_session_loss(ctrl, tail_ids: Tensor, *, every: int = 0,
+                    refocus: Callable[[], int] | None = None) -> tuple[float, list[int]]:
+    """:func:`wc_stream_loss` with the refocuses a decoding session makes on schedule: after every ``every``
+    appended tail tokens (not after the last) ``refocus()`` runs on the session, as
+    :func:`mc.decode.generate` refocuses every ``allocator.inference.refocus_interval`` tokens, and the tokens
+    after it are read under the layout it leaves. Returns the mean loss and the edits each refocus made (its
+    return value), in order. ``every = 0``: no refocus (``refocus`` is then not called).
+    """
     s = ctrl.session
     if s is None or s.wc is None:
         raise RuntimeError("wc_stream_loss needs an open session: call controller.begin_session(prefix) first")
+    if every < 0 or (every > 0 and refocus is None):
+        raise ValueError(f"wc_session_loss: every={every} must be >= 0, and a refocus callable is needed when > 0")
     tail_ids = torch.as_tensor(tail_ids, dtype=torch.long).reshape(-1)
-    losses, start = [], 0  # tail_ids[start:i] are appended as raw entries on a layout that has not changed since
-    for i in range(tail_ids.numel()):
+    n = tail_ids.numel()
+    losses, edits, start = [], [], 0  # tail_ids[start:i] are appended as raw entries on a layout unchanged since
+    for i in range(n):
         tok = tail_ids[i: i + 1]
         before, pos_before, snap, n_tok = s.wc.entries, _base_positions(ctrl), s.snapshot(), s.num_tokens
         ctrl.append(tok, refocus=False)
-        if s.wc.entries == before + [(0, n_tok)] and _base_positions(ctrl)[:-1] == pos_before:
-            continue  # one raw entry after the others, every earlier entry where the base saw it: the layout stands
-        s.restore(snap)  # the append changed the layout: read tail_ids[start: i + 1] off the context before it
-        losses.append(_segment_losses(ctrl, tail_ids[start: i + 1], i - start))
-        ctrl.append(tok, refocus=False)
-        start = i + 1
-    if start < tail_ids.numel():  # the last run: its tokens are the context's last entries
-        losses.append(_segment_losses(ctrl, tail_ids[start:], tail_ids.numel() - start))
-    return float(torch.cat(losses).mean())
+        if s.wc.entries != before + [(0, n_tok)] or _base_positions(ctrl)[:-1] != pos_before:
+            s.restore(snap)  # the append changed the layout: read tail_ids[start: i + 1] off the context before it
+            losses.append(_segment_losses(ctrl, tail_ids[start: i + 1], i - start))
+            ctrl.append(tok, refocus=False)
+            start = i + 1
+        if every and (i + 1) % every == 0 and i + 1 < n:  # the scheduled refocus: read what came before it first
+            if start <= i:
+                losses.append(_segment_losses(ctrl, tail_ids[start: i + 1], i + 1 - start))
+            edits.append(int(refocus()))
+            start = i + 1
+    if start < n:  # the last run: its tokens are the context's last entries
+        losses.append(_segment_losses(ctrl, tail_ids[start:], n - start))
+    return float(torch.cat(losses).mean()), edits
