@@ -154,6 +154,19 @@ def test_paired_diff_ci():
         paired_diff_ci([1.0], [1.0, 2.0])
 
 
+def test_random_control_makes_as_many_edits_as_asked(tmp_path):
+    """A draw of random scores often proposes no trade under the relative policy; the control draws again
+    instead of stopping short (before it did, 5 of these 60 sessions got fewer edits than asked)."""
+    cfg = tiny_cfg()
+    ctrl = load_trained_controller(cfg, fake_run(tmp_path, cfg), device=torch.device("cpu"))
+    for seed in range(12):
+        ids = torch.randint(0, 256, (240,), generator=torch.Generator().manual_seed(seed))
+        for n in (2, 4, 6, 8, 10):  # a full context: every expansion is a trade (two edits), so even counts
+            ctrl.begin_session(ids)
+            assert random_refocus(ctrl, n, torch.Generator().manual_seed(seed * 100 + n)) == n, (seed, n)
+            assert len(ctrl.session.wc) <= cfg.mc.max_entries
+
+
 def test_random_and_oracle_focus_policies(tmp_path):
     """random: exactly the requested number of legal edits; oracle: the span ends at LOD0 within budget."""
     cfg = tiny_cfg()
