@@ -65,7 +65,8 @@ def random_refocus(ctrl: MCController, n_edits: int, generator: torch.Generator)
     Under the relative policy a draw often proposes nothing (no gist ranked far enough above a group to
     trade), and stopping there left the control about half of LensNet's edits on SmolLM2 (2026-12-06,
     obsidian Evaluation): an iteration without an edit draws new scores instead, up to ``RANDOM_REDRAWS``
-    in a row. Fewer edits only when none is legal, or when one edit is left and a trade costs two."""
+    in a row. Fewer edits when that many draws find none (few legal trades left, or one edit left where a trade
+    costs two): on seed 2's evaluation documents 6 of LensNet's 8 in 8 of 32 tail refocuses, as many in the rest."""
     if n_edits <= 0:
         return 0
     return _iterate(ctrl, lambda s: torch.rand(len(s.wc), generator=generator) * 2 - 1,
