@@ -109,7 +109,7 @@ def wc_session_loss(ctrl, tail_ids: Tensor, *, every: int = 0,
     """
     s = ctrl.session
     if s is None or s.wc is None:
-        raise RuntimeError("wc_stream_loss needs an open session: call controller.begin_session(prefix) first")
+        raise RuntimeError("the streamed read needs an open session: call controller.begin_session(prefix) first")
     if every < 0 or (every > 0 and refocus is None):
         raise ValueError(f"wc_session_loss: every={every} must be >= 0, and a refocus callable is needed when > 0")
     tail_ids = torch.as_tensor(tail_ids, dtype=torch.long).reshape(-1)
