@@ -60,6 +60,12 @@ class AllocatorInferenceConfig:
     # layout at that point is a third candidate beside the whole zoom and the unchanged layout, kept when it fits the
     # question and lookahead better (obsidian Focus Allocator, "Anchor path"). false = off.
     anchor_path: bool = False
+    # k > 0: a refocus that made edits is checked once k more tokens are in: the base's fit of those k tokens under the
+    # session's layout against their fit under the layout the session would hold had that refocus made no edit (the
+    # same appends replayed on it); the better one stays, so a refocus whose edits cost the text that follows it is
+    # undone after k tokens instead of lasting. Costs two base forwards and k layout appends (no net call) per
+    # refocus with edits (obsidian Focus Allocator, "Refocus check"). < mc.recent_tokens, <= refocus_interval; 0 = off.
+    refocus_check: int = 0
 
 
 @dataclass

@@ -182,6 +182,14 @@ def validate(cfg: RunConfig) -> RunConfig:
     _positive("allocator.inference.branch_lookahead", al.inference.branch_lookahead, 0, " (0 = off)")
     _positive("allocator.inference.suffix_guard", al.inference.suffix_guard, 0, " (0 = off; else the shortest match in tokens)")
     _positive("allocator.inference.branch_max_tokens", al.inference.branch_max_tokens, 0, " (0 = any length)")
+    _positive("allocator.inference.refocus_check", al.inference.refocus_check, 0, " (0 = off)")
+    rc = al.inference.refocus_check
+    if rc and not rc < cfg.mc.recent_tokens:
+        _fail("allocator.inference.refocus_check", rc, f"must be smaller than mc.recent_tokens ({cfg.mc.recent_tokens}):"
+              " the checked tokens and the one before them must lie in the LOD0 tail; use fewer tokens or 0 (off)")
+    if rc and rc > al.inference.refocus_interval:
+        _fail("allocator.inference.refocus_check", rc, f"must be at most allocator.inference.refocus_interval "
+              f"({al.inference.refocus_interval}): a refocus is checked before the next one; use fewer tokens or 0 (off)")
     if al.inference.branch_max_tokens and al.inference.branches < 2:
         _fail("allocator.inference.branch_max_tokens", al.inference.branch_max_tokens, "needs allocator.inference."
               "branches >= 2 (it says which sessions branch); set branches or use 0")

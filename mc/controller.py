@@ -35,7 +35,7 @@ from mc.nets.positional import lod_rotary_cos_sin
 from mc.nets.token_index import match_args, session_match, training_match
 from mc.positions import base_positions
 from mc.refocus import lookahead_fit, run_refocus
-from mc.session import InferenceSession, RefocusRecord
+from mc.session import InferenceSession, PendingCheck, RefocusRecord
 from mc.tree import gist_levels
 from mc.gather import gather_planned
 from mc.step_plan import Ends, SpanLists, Spans, StepPlan, TrainStepOutput, plan_micro_step
@@ -232,17 +232,60 @@ class MCController:
         from this model's logits (inside the vocabulary by construction: the check would cost a host sync)."""
         s = self._require_session()
         s.extend(ids, self.base.embed(ids[None])[0])
+        if refocus and self.check_due():
+            self.check_refocus()
         if refocus and s.tokens_since_refocus >= self.cfg.allocator.inference.refocus_interval:
             self.refocus()
 
     @torch.no_grad()
     def refocus(self) -> RefocusRecord:
-        """LensNet-driven allocator iterations within the edit budget, optionally branched (:mod:`mc.refocus`)."""
+        """LensNet-driven allocator iterations within the edit budget, optionally branched (:mod:`mc.refocus`).
+        With ``allocator.inference.refocus_check = k``, a refocus that made edits is checked once k more tokens are in
+        (:meth:`check_refocus`); one still unchecked when the next refocus comes is checked first."""
         s = self._require_session()
-        record = run_refocus(s, self.session_scores, self._tail_fit)
+        if s.check is not None:  # fewer than k tokens since the last one (a long append can end past the schedule)
+            self.check_refocus(force=True)
+        k = self.cfg.allocator.inference.refocus_check
+        unchanged: list | None = [] if k else None
+        record = run_refocus(s, self.session_scores, self._tail_fit, unchanged)
+        if k and record.edits:
+            s.check = PendingCheck(record, *unchanged)
         self.telemetry.emit({"kind": "refocus", "num_tokens": s.num_tokens, "iterations": record.iterations,
                              "edits": len(record.edits), "entries": len(s.wc), "branch": record.branch})
         return record
+
+    def check_due(self) -> bool:
+        """Whether the session's last refocus with edits waits for its check and ``refocus_check`` tokens are in."""
+        s = self.session
+        return s is not None and s.check is not None and s.check.tokens >= self.cfg.allocator.inference.refocus_check
+
+    @torch.no_grad()
+    def check_refocus(self, *, force: bool = False) -> bool | None:
+        """The refocus check (``allocator.inference.refocus_check = k``): the base's fit of the newest ``k`` tokens
+        under the session's layout against their fit under the layout it would hold had the last refocus made no
+        edit (the appends since replayed on that layout, :meth:`InferenceSession.replay_layout`); that one replaces
+        the session's when it fits strictly better. Returns whether it did (the refocus's edits undone), None when no
+        check was due (``force``: check with the tokens in so far, at least one; the next refocus does). The tree is
+        not touched: the KV cache's entry comparison sees the new layout as it sees a collapse."""
+        s = self._require_session()
+        c, k = s.check, self.cfg.allocator.inference.refocus_check
+        if c is None or (not force and c.tokens < k) or c.tokens == 0:
+            if force:
+                s.check = None  # no token since the refocus: nothing to judge it by
+            return None
+        s.check = None
+        n = min(k, c.tokens)
+        kept_fit = self._newest_fit(n)
+        kept = s.wc, s.allocator
+        s.wc, s.allocator = s.replay_layout(c.wc, c.allocator, c.chunks)
+        no_edit_fit = self._newest_fit(n)
+        reverted = no_edit_fit > kept_fit  # strictly: a tie keeps the refocus
+        if not reverted:
+            s.wc, s.allocator = kept
+        c.record.check_fits, c.record.reverted = [kept_fit, no_edit_fit], reverted
+        self.telemetry.emit({"kind": "refocus_check", "num_tokens": s.num_tokens, "tokens": n,
+                             "edits": len(c.record.edits), "fits": [kept_fit, no_edit_fit], "reverted": reverted})
+        return reverted
 
     def session_scores(self, s: InferenceSession) -> Tensor:
         """LensNet's scores ``[len(wc)]`` (CPU) of the session's working context with the index's match: what refocus ranks."""
@@ -252,14 +295,22 @@ class MCController:
 
     def _tail_fit(self) -> float:
         """Log-likelihood (nats) of the newest ``branch_tail_tokens`` tokens + the ``branch_lookahead`` continuation's."""
-        s, inf = self._require_session(), self.cfg.allocator.inference
-        mwc, n = s.materialize(), inf.branch_tail_tokens
+        inf = self.cfg.allocator.inference
+        fit, last_logits = self._newest_fit(inf.branch_tail_tokens, with_last=True)
+        ahead = lookahead_fit(self.session, self.next_token_logits, lambda ids: self._extend(ids, False),
+                              inf.branch_lookahead, first_logits=finite_logits(last_logits) if inf.branch_lookahead else None)
+        return fit + ahead
+
+    def _newest_fit(self, n: int, *, with_last: bool = False):
+        """Log-likelihood (nats) of the session's newest ``n`` tokens under its layout (they lie in the LOD0 tail), from
+        one forward; ``with_last``: also the next-token logits ``[V]`` after them, which the same forward reads."""
+        s = self._require_session()
+        mwc = s.materialize()
         at = torch.arange(mwc.length - n - 1, mwc.length, device=mwc.embeds.device)[None]  # [1, n + 1]: the tail's n, then the last
         logits = self.base_logits(mwc.embeds[None], mwc.positions[None], mwc.lods[None], mwc.mask[None], logit_index=at)
         logp = torch.log_softmax(logits[0, :n].float(), dim=-1)  # [n, V]: the tail's rows (logits row n opens the lookahead)
-        ahead = lookahead_fit(s, self.next_token_logits, lambda ids: self._extend(ids, False), inf.branch_lookahead,
-                              first_logits=finite_logits(logits[0, n]) if inf.branch_lookahead else None)
-        return float(logp.gather(1, s.history()[-n:].to(logp.device)[:, None]).sum()) + ahead
+        fit = float(logp.gather(1, s.history()[-n:].to(logp.device)[:, None]).sum())
+        return (fit, logits[0, n]) if with_last else fit
 
     @torch.no_grad()
     def next_token_logits(self) -> Tensor:

@@ -159,6 +159,8 @@ class DecodeStats:
     decode_s: float = 0.0  # wall time of the loop, refocuses excluded
     refocus_ms: list[float] = field(default_factory=list)  # per refocus: allocator + the cache rebuild after it
     refocus_log: list[dict] = field(default_factory=list)
+    checks: list[bool] = field(default_factory=list)  # per refocus check (refocus_check): whether it undid the edits
+    check_ms: list[float] = field(default_factory=list)  # per refocus check: its time (out of decode_s, as refocuses)
 
 
 def decoder_for(ctrl, *, compile_mode: str | None = None) -> CachedDecoder:
@@ -181,7 +183,9 @@ def generate(ctrl, n: int, *, sampler: Sampler | None = None, use_cache: bool = 
     """Decode ``n`` tokens into the controller's session (greedy unless ``sampler`` says otherwise).
 
     Each token is appended; every ``allocator.inference.refocus_interval`` tokens the allocator
-    refocuses (``on_refocus`` sees the session before and after). Returns the ids ``[n]`` long.
+    refocuses (``on_refocus`` sees the session before and after), and with ``allocator.inference.refocus_check = k``
+    a refocus that made edits is checked k tokens later (:meth:`~mc.controller.MCController.check_refocus`; its
+    time counts as the refocus's). Returns the ids ``[n]`` long.
     """
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise ValueError(f"generate: n must be an integer >= 0, got {n!r}")
@@ -214,6 +218,11 @@ def generate(ctrl, n: int, *, sampler: Sampler | None = None, use_cache: bool = 
         if on_token is not None:
             on_token(tid)
         ctrl._extend(tok.view(1).to(ctrl.device, torch.long), refocus=False)  # drawn from the logits: in the vocabulary
+        if ctrl.check_due():  # allocator.inference.refocus_check: the cache sees an undone refocus as a new layout
+            r0 = time.perf_counter()
+            stats.checks.append(bool(ctrl.check_refocus()))
+            stats.check_ms.append((time.perf_counter() - r0) * 1e3)
+            refocus_s += time.perf_counter() - r0
         if s.tokens_since_refocus >= interval:
             if on_refocus is not None:
                 on_refocus("before", s)

@@ -261,9 +261,12 @@ def branches_here(inf: AllocatorInferenceConfig, num_tokens: int) -> bool:
     return inf.branches > 1 and (inf.branch_max_tokens == 0 or num_tokens <= inf.branch_max_tokens)
 
 
-def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn) -> RefocusRecord:
+def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn,
+                unchanged: list | None = None) -> RefocusRecord:
     """A whole refocus (see the module docstring): zoom, branches, one cooldown tick. Returns its record
-    (``branch``: the path kept; ``branch_fits``: per path tried, empty with one branch)."""
+    (``branch``: the path kept; ``branch_fits``: per path tried, empty with one branch). ``unchanged``: a list to
+    which the working context and allocator the session would hold had this refocus made no edit (after the anchor
+    and guard marks and the cooldown tick) are appended, for the refocus check (``allocator.inference.refocus_check``)."""
     inf = s.cfg.allocator.inference
     branched = branches_here(inf, s.num_tokens)  # other zoom paths; the unchanged layout is a candidate at any length
     start_scores, anchor = None, None
@@ -282,6 +285,10 @@ def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn)
         if guarded:
             s.allocator.mark_expanded([(1, b) for b in guarded], s.wc.block_size)
     start_wc, start_allocator = s.wc.copy(), s.allocator.copy()
+    if unchanged is not None:
+        no_edit = start_allocator.copy()
+        no_edit.end_refocus()
+        unchanged.extend((start_wc.copy(), no_edit))
     # the base's fit of the newest tokens before any edit: the unchanged layout's candidacy
     start_fit = tail_fit_fn() if inf.branches > 1 and inf.branch_unchanged else None
     at_edges: list[tuple] = []  # the anchored zoom's layout once the anchor's edges are open (anchor_path)

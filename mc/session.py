@@ -33,6 +33,25 @@ class RefocusRecord:
     # token spans of the children LensNet's own zoom (branch 0) passed over when it descended (descend first: the
     # runner-up at each descent), top down; the sibling branches' starts (allocator.inference.branch_siblings)
     passed_over: list[tuple[int, int]] = field(default_factory=list)
+    # allocator.inference.refocus_check: the base's fit of the k tokens after this refocus under its layout, then under
+    # the layout it would have left with no edit (empty until checked), and whether that one was kept (edits undone)
+    check_fits: list[float] = field(default_factory=list)
+    reverted: bool = False
+
+
+@dataclass
+class PendingCheck:
+    """A refocus waiting for its check (``allocator.inference.refocus_check``): the layout and allocator state the
+    session would hold had the refocus made no edit, and the sizes of the appends since, to replay on them."""
+
+    record: RefocusRecord
+    wc: WorkingContext
+    allocator: FocusAllocator
+    chunks: list[int] = field(default_factory=list)
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.chunks)
 
 
 class InferenceSession:
@@ -50,6 +69,7 @@ class InferenceSession:
         self.tokens_since_refocus = 0
         self.refocus_log: list[RefocusRecord] = []
         self.index_keys = SessionKeys()  # LensNet's token-index keys, made once per token (mc.nets.token_index)
+        self.check: PendingCheck | None = None  # the last refocus with edits, until checked (refocus_check)
 
     @property
     def num_tokens(self) -> int:
@@ -82,31 +102,54 @@ class InferenceSession:
         depth = layout_depth(total, block_size=mc.block_size, min_lod=self.tree.max_lod,
                              max_entries=mc.max_entries, recent_tokens=mc.recent_tokens, room=mc.focus_room)
         tree_mark = self.tree.mark()
-        wc = None if self.wc is None else self.wc.copy()
-        fresh = wc is None
-        allocator = self.allocator.copy()
         try:
             self.tree.append(token_ids, token_embeds)
             while self.tree.max_lod < depth:
                 self.tree.grow_level()
-            if wc is None:
-                wc = WorkingContext.build(total, fill=True, **self._wc_kwargs(depth))
-            else:
-                while wc.max_lod < depth:
-                    wc.grow_level()
-                wc.append_tokens(n, over_budget=True)
-                allocator.make_room(wc, 0)
-            # One token onto a valid context (a decode step) needs no O(W) walk: append_tokens adds one LOD0
-            # entry after the others (the tail start only moves forward, so every gist stays outside the tail),
-            # make_room's collapses are each checked by WorkingContext.collapse and it ends within the budget,
-            # so the invariants hold by construction (the walk was ~10% of a decode step's host time).
-            if fresh or n > 1:
-                wc.validate()
+            wc, allocator = self._layout_append(self.wc, self.allocator, total, n, depth)
         except BaseException:
             self.tree.rollback(tree_mark)
             raise
         self.wc, self.allocator = wc, allocator
         self.tokens_since_refocus += n
+        if self.check is not None:
+            self.check.chunks.append(n)
+
+    def _layout_append(self, wc: WorkingContext | None, allocator: FocusAllocator, total: int, n: int,
+                       depth: int) -> tuple[WorkingContext, FocusAllocator]:
+        """Copies of ``wc`` and ``allocator`` after ``n`` tokens are appended (``total`` in all, ``depth`` levels):
+        the layout's side of :meth:`extend`, which :meth:`replay_layout` repeats on another layout."""
+        fresh = wc is None
+        allocator = allocator.copy()
+        if fresh:
+            wc = WorkingContext.build(total, fill=True, **self._wc_kwargs(depth))
+        else:
+            wc = wc.copy()
+            while wc.max_lod < depth:
+                wc.grow_level()
+            wc.append_tokens(n, over_budget=True)
+            allocator.make_room(wc, 0)
+        # One token onto a valid context (a decode step) needs no O(W) walk: append_tokens adds one LOD0
+        # entry after the others (the tail start only moves forward, so every gist stays outside the tail),
+        # make_room's collapses are each checked by WorkingContext.collapse and it ends within the budget,
+        # so the invariants hold by construction (the walk was ~10% of a decode step's host time).
+        if fresh or n > 1:
+            wc.validate()
+        return wc, allocator
+
+    def replay_layout(self, wc: WorkingContext, allocator: FocusAllocator,
+                      chunks: list[int]) -> tuple[WorkingContext, FocusAllocator]:
+        """``wc`` and ``allocator`` (copies) after the appends of the newest ``sum(chunks)`` tokens, one
+        :meth:`extend` per chunk as they came: the layout another state of this session would hold now. The tree is
+        not touched (it holds those tokens already); the depth each append needed is re-derived as extend derives it."""
+        mc = self.cfg.mc
+        total = self.num_tokens - sum(chunks)
+        for n in chunks:
+            total += n
+            depth = layout_depth(total, block_size=mc.block_size, min_lod=wc.max_lod, max_entries=mc.max_entries,
+                                 recent_tokens=mc.recent_tokens, room=mc.focus_room)
+            wc, allocator = self._layout_append(wc, allocator, total, n, depth)
+        return wc, allocator
 
     def snapshot(self) -> tuple:
         """The state appends and refocuses change, for :meth:`restore`: the tree's mark, copies of the working
@@ -114,16 +157,21 @@ class InferenceSession:
         document with several focus policies; restoring a snapshot of the built session gives each policy the
         same start without gisting the whole history again (most of the sweep's time before)."""
         wc = None if self.wc is None else self.wc.copy()
-        return self.tree.mark(), wc, self.allocator.copy(), self.tokens_since_refocus, len(self.refocus_log)
+        check = None if self.check is None else (self.check, list(self.check.chunks))
+        return self.tree.mark(), wc, self.allocator.copy(), self.tokens_since_refocus, len(self.refocus_log), check
 
     def restore(self, snap: tuple) -> None:
         """Return to the state :meth:`snapshot` recorded; the snapshot stays valid for another restore."""
-        mark, wc, allocator, tokens_since_refocus, n_log = snap
+        mark, wc, allocator, tokens_since_refocus, n_log, check = snap
         self.tree.rollback(mark)
         self.wc = None if wc is None else wc.copy()
         self.allocator = allocator.copy()
         self.tokens_since_refocus = tokens_since_refocus
         del self.refocus_log[n_log:]
+        self.check = None
+        if check is not None:  # its layout copies are never changed in place (replay_layout copies): shared
+            pending, chunks = check
+            self.check = PendingCheck(pending.record, pending.wc, pending.allocator, list(chunks))
 
     def materialize(self) -> MaterializedWC:
         if self.wc is None:

@@ -64,6 +64,7 @@ def test_cli_runs_on_a_run_folder(run_dir, tmp_path):
     # TINY refocuses every 4 tokens: the 5-token prompt is due at once, then every 4 new tokens
     assert len(rec["refocus_ms"]) == len(rec["refocus_log"]) == 10
     assert {"first_changed_entry", "recomputed_entries", "edits"} <= set(rec["refocus_log"][0])
+    assert rec["refocus_checks"] == rec["check_ms"] == []  # allocator.inference.refocus_check is off by default
 
 
 def test_compiled_inference_overrides_warm_up_apart_and_keep_the_tokens(run_dir, tmp_path):

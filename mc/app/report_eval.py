@@ -33,13 +33,21 @@ STREAM_NOTE = ("The tail is read two ways. *Tail loss*: the tail appended in one
                "for what a session gets.")
 
 
-def session_note(settings: dict) -> str:
-    """The line that says how the session columns were read (``eval.session_tail``)."""
+def session_note(settings: dict, per_doc: list[dict] = ()) -> str:
+    """The line that says how the session columns were read (``eval.session_tail``), and with the refocus check
+    (``allocator.inference.refocus_check``) how many of the focused session's refocuses it undid."""
     S, every = settings.get("session_tail"), settings.get("refocus_interval")
-    return (f"*As a session reads it*: each document's last {S} tokens token by token, `focused` refocused by "
+    line = (f"*As a session reads it*: each document's last {S} tokens token by token, `focused` refocused by "
             f"LensNet at their start and after every {every} tokens as `generate` does, `random` refocused at the "
             "same moments with as many edits from random scores, `compressed` never refocused; `recency` / `full` "
             "a sliding window.")
+    k = ((settings.get("refocus") or {}).get("inference") or {}).get("refocus_check", 0)
+    if k:
+        checks = [d["session_checks"] for d in per_doc if d.get("session_checks")]
+        line += (f" `focused` checked each refocus that made edits {k} tokens later and undid it where the layout "
+                 f"without its edits fit those tokens better: {sum(c['undone'] for c in checks)} of "
+                 f"{sum(c['checked'] for c in checks)} undone (`random`'s edits are not checked).")
+    return line
 
 
 def _edits_per_refocus(per_doc: list[dict]) -> dict[str, dict[str, float]]:
@@ -129,7 +137,7 @@ def evaluation_section(rep) -> None:
     if "corpus_stream_loss" in metrics or "recall_stream_loss" in metrics:
         rep.add(STREAM_NOTE, "")
     if "corpus_session_loss" in metrics or "recall_session_loss" in metrics:
-        rep.add(session_note(s), "")
+        rep.add(session_note(s, ev.get("per_doc", [])), "")
     paired = ev.get("paired", {})
     if paired:
         rep.add("Paired differences over the same documents (a − b, 95% interval; an interval that excludes 0 is a "

@@ -243,6 +243,7 @@ def evaluate_docs(ctrl: MCController, cfg: RunConfig, docs: list[EvalDoc], *, pr
             sr = session_losses(ctrl, cfg, doc.ids, doc.name)
             row["values"][f"{doc.source}_session_loss"] = sr["values"]
             row["session_edits"] = sr["edits"]
+            row["session_checks"] = sr["checks"]
         if doc.recall is not None:
             rc = wc_recall(ctrl, doc.ids, value_len=vl, focus=Focus("none"))
             rd = wc_recall(ctrl, doc.ids, value_len=vl, focus=Focus("lensnet"))

@@ -29,14 +29,17 @@ from mc.eval.streamed import lod0_stream_loss, wc_session_loss
 def session_losses(ctrl: MCController, cfg: RunConfig, ids: Tensor, name: str) -> dict:
     """The session read of document ``ids [N]`` (named ``name``, which seeds its random control).
 
-    Returns ``{"values": {variant: mean loss}, "edits": {"focused": [...], "random": [...]}}``, the edits of
-    every refocus in order, the one at the prefix's end first."""
+    Returns ``{"values": {variant: mean loss}, "edits": {"focused": [...], "random": [...]}, "checks": {...}}``,
+    the edits of every refocus in order, the one at the prefix's end first, and how many of the focused session's
+    refocuses were checked and undone (``allocator.inference.refocus_check``; 0 and 0 when off). The random control
+    makes its edits unchecked: it stands for the refocus's proposals, at the same moments and counts."""
     S, every = cfg.eval.session_tail, cfg.allocator.inference.refocus_interval
     prefix, tail = ids[:-S], ids[-S:]
     prefix_session(ctrl, prefix, focus=Focus("none"))
     compressed, _ = wc_session_loss(ctrl, tail)
     _, _, first = prefix_session(ctrl, prefix, focus=Focus("lensnet"))
     focused, later = wc_session_loss(ctrl, tail, every=every, refocus=lambda: len(ctrl.refocus().edits))
+    undone = [r.reverted for r in ctrl.session.refocus_log if r.check_fits]  # allocator.inference.refocus_check
     rnd = random_focus_for(cfg, name, first)
     _, _, r_first = prefix_session(ctrl, prefix, focus=rnd)
     counts = iter(later)  # the random control's k-th refocus makes as many edits as the focused session's k-th
@@ -46,4 +49,5 @@ def session_losses(ctrl: MCController, cfg: RunConfig, ids: Tensor, name: str) -
     values = {"full": lod0_stream_loss(base, ids, window=cfg.model.max_seq_len, tail=S),
               "recency": lod0_stream_loss(base, ids, window=B, tail=S),
               "compressed": compressed, "focused": focused, "random": random}
-    return {"values": values, "edits": {"focused": [first, *later], "random": [r_first, *r_later]}}
+    return {"values": values, "edits": {"focused": [first, *later], "random": [r_first, *r_later]},
+            "checks": {"checked": len(undone), "undone": sum(undone)}}

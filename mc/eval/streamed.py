@@ -104,7 +104,8 @@ def wc_session_loss(ctrl, tail_ids: Tensor, *, every: int = 0,
     """:func:`wc_stream_loss` with the refocuses a decoding session makes on schedule: after every ``every``
     appended tail tokens (not after the last) ``refocus()`` runs on the session, as
     :func:`mc.decode.generate` refocuses every ``allocator.inference.refocus_interval`` tokens, and the tokens
-    after it are read under the layout it leaves. Returns the mean loss and the edits each refocus made (its
+    after it are read under the layout it leaves; with ``allocator.inference.refocus_check`` the controller's check
+    of a refocus runs when due, as in ``generate``. Returns the mean loss and the edits each refocus made (its
     return value), in order. ``every = 0``: no refocus (``refocus`` is then not called).
     """
     s = ctrl.session
@@ -124,6 +125,11 @@ def wc_session_loss(ctrl, tail_ids: Tensor, *, every: int = 0,
             losses.append(_segment_losses(ctrl, tail_ids[start: i + 1], i - start))
             ctrl.append(tok, refocus=False)
             start = i + 1
+        if every and i + 1 < n and ctrl.check_due():  # a refocus check (refocus_check) may undo its edits
+            if start <= i:
+                losses.append(_segment_losses(ctrl, tail_ids[start: i + 1], i + 1 - start))
+                start = i + 1
+            ctrl.check_refocus()
         if every and (i + 1) % every == 0 and i + 1 < n:  # the scheduled refocus: read what came before it first
             if start <= i:
                 losses.append(_segment_losses(ctrl, tail_ids[start: i + 1], i + 1 - start))
