@@ -34,8 +34,9 @@ from mc.nets.losses import base_tail_loss, stage2_objective
 from mc.nets.positional import lod_rotary_cos_sin
 from mc.nets.token_index import match_args, session_match, training_match
 from mc.positions import base_positions
-from mc.refocus import lookahead_fit, run_refocus
-from mc.session import InferenceSession, PendingCheck, RefocusRecord
+from mc.layout_fit import check_refocus, tail_fit
+from mc.refocus import run_refocus
+from mc.session import InferenceSession, RefocusRecord
 from mc.tree import gist_levels
 from mc.gather import gather_planned
 from mc.step_plan import Ends, SpanLists, Spans, StepPlan, TrainStepOutput, plan_micro_step
@@ -207,7 +208,6 @@ class MCController:
     def begin_session(self, prompt_ids: Tensor) -> InferenceSession:
         """Start a session over ``prompt_ids [n]`` (any length, longer than the working context too)."""
         prompt_ids = token_ids(prompt_ids, self.cfg.model.vocab_size, "begin_session")  # 1-D ints in the vocabulary
-        prompt_ids = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(-1)
         if prompt_ids.numel() == 0:
             raise ValueError("begin_session needs a non-empty prompt (at least one token id)")
         self.session = InferenceSession(self.cfg, lambda x: self._run_gistnet(x, "inference"),
@@ -223,8 +223,7 @@ class MCController:
     @torch.no_grad()
     def append(self, ids: Tensor, *, refocus: bool = True) -> None:
         """Append tokens; refocus every ``allocator.inference.refocus_interval`` tokens."""
-        ids = token_ids(ids, self.cfg.model.vocab_size, "append")  # 1-D ints in the vocabulary
-        self._extend(torch.as_tensor(ids, dtype=torch.long).reshape(-1).to(self.device), refocus)
+        self._extend(token_ids(ids, self.cfg.model.vocab_size, "append").to(self.device), refocus)  # 1-D, in the vocabulary
 
     @torch.no_grad()
     def _extend(self, ids: Tensor, refocus: bool) -> None:
@@ -232,85 +231,35 @@ class MCController:
         from this model's logits (inside the vocabulary by construction: the check would cost a host sync)."""
         s = self._require_session()
         s.extend(ids, self.base.embed(ids[None])[0])
-        if refocus and self.check_due():
+        if refocus and s.check_due():
             self.check_refocus()
         if refocus and s.tokens_since_refocus >= self.cfg.allocator.inference.refocus_interval:
             self.refocus()
 
     @torch.no_grad()
     def refocus(self) -> RefocusRecord:
-        """LensNet-driven allocator iterations within the edit budget, optionally branched (:mod:`mc.refocus`).
-        With ``allocator.inference.refocus_check = k``, a refocus that made edits is checked once k more tokens are in
-        (:meth:`check_refocus`); one still unchecked when the next refocus comes is checked first."""
+        """LensNet-driven allocator iterations within the edit budget, optionally branched (:mod:`mc.refocus`)."""
         s = self._require_session()
-        if s.check is not None:  # fewer than k tokens since the last one (a long append can end past the schedule)
+        if s.check is not None:  # a refocus not yet checked (allocator.inference.refocus_check): judged first
             self.check_refocus(force=True)
-        k = self.cfg.allocator.inference.refocus_check
-        unchanged: list | None = [] if k else None
-        record = run_refocus(s, self.session_scores, self._tail_fit, unchanged)
-        if k and record.edits:
-            s.check = PendingCheck(record, *unchanged)
+        record = run_refocus(s, self.session_scores, self._tail_fit)
         self.telemetry.emit({"kind": "refocus", "num_tokens": s.num_tokens, "iterations": record.iterations,
                              "edits": len(record.edits), "entries": len(s.wc), "branch": record.branch})
         return record
 
-    def check_due(self) -> bool:
-        """Whether the session's last refocus with edits waits for its check and ``refocus_check`` tokens are in."""
-        s = self.session
-        return s is not None and s.check is not None and s.check.tokens >= self.cfg.allocator.inference.refocus_check
-
-    @torch.no_grad()
     def check_refocus(self, *, force: bool = False) -> bool | None:
-        """The refocus check (``allocator.inference.refocus_check = k``): the base's fit of the newest ``k`` tokens
-        under the session's layout against their fit under the layout it would hold had the last refocus made no
-        edit (the appends since replayed on that layout, :meth:`InferenceSession.replay_layout`); that one replaces
-        the session's when it fits strictly better. Returns whether it did (the refocus's edits undone), None when no
-        check was due (``force``: check with the tokens in so far, at least one; the next refocus does). The tree is
-        not touched: the KV cache's entry comparison sees the new layout as it sees a collapse."""
-        s = self._require_session()
-        c, k = s.check, self.cfg.allocator.inference.refocus_check
-        if c is None or (not force and c.tokens < k) or c.tokens == 0:
-            if force:
-                s.check = None  # no token since the refocus: nothing to judge it by
-            return None
-        s.check = None
-        n = min(k, c.tokens)
-        kept_fit = self._newest_fit(n)
-        kept = s.wc, s.allocator
-        s.wc, s.allocator = s.replay_layout(c.wc, c.allocator, c.chunks)
-        no_edit_fit = self._newest_fit(n)
-        reverted = no_edit_fit > kept_fit  # strictly: a tie keeps the refocus
-        if not reverted:
-            s.wc, s.allocator = kept
-        c.record.check_fits, c.record.reverted = [kept_fit, no_edit_fit], reverted
-        self.telemetry.emit({"kind": "refocus_check", "num_tokens": s.num_tokens, "tokens": n,
-                             "edits": len(c.record.edits), "fits": [kept_fit, no_edit_fit], "reverted": reverted})
-        return reverted
+        """The check of the last refocus with edits (:func:`mc.layout_fit.check_refocus`): True if undone, None if not due."""
+        return check_refocus(self, force=force, emit=self.telemetry.emit)
+
+    def _tail_fit(self) -> float:
+        """The branches' fit of the session's layout (:func:`mc.layout_fit.tail_fit`), one per controller to stub."""
+        return tail_fit(self)
 
     def session_scores(self, s: InferenceSession) -> Tensor:
         """LensNet's scores ``[len(wc)]`` (CPU) of the session's working context with the index's match: what refocus ranks."""
         mwc, index, mc = s.materialize(), self.lensnet.index, self.cfg.mc
         match = None if index is None else session_match(index, s, mwc, block_size=mc.block_size, recent_tokens=mc.recent_tokens)
         return self._lensnet_allocator_scores(mwc, s.num_tokens, match)[: mwc.length].cpu()
-
-    def _tail_fit(self) -> float:
-        """Log-likelihood (nats) of the newest ``branch_tail_tokens`` tokens + the ``branch_lookahead`` continuation's."""
-        inf = self.cfg.allocator.inference
-        fit, last_logits = self._newest_fit(inf.branch_tail_tokens, with_last=True)
-        ahead = lookahead_fit(self.session, self.next_token_logits, lambda ids: self._extend(ids, False),
-                              inf.branch_lookahead, first_logits=finite_logits(last_logits) if inf.branch_lookahead else None)
-        return fit + ahead
-
-    def _newest_fit(self, n: int, *, with_last: bool = False):
-        """Log-likelihood (nats) of the session's newest ``n`` tokens under its layout (they lie in the LOD0 tail), from
-        one forward; ``with_last``: also the next-token logits ``[V]`` after them, which the same forward reads."""
-        s = self._require_session()
-        mwc = s.materialize()
-        at = torch.arange(mwc.length - n - 1, mwc.length, device=mwc.embeds.device)[None]  # [1, n + 1]: the tail's n, then the last
-        logits = self.base_logits(mwc.embeds[None], mwc.positions[None], mwc.lods[None], mwc.mask[None], logit_index=at)
-        logp = torch.log_softmax(logits[0, :n].float(), dim=-1)  # [n, V]: the tail's rows (logits row n opens the lookahead)
-        fit = float(logp.gather(1, s.history()[-n:].to(logp.device)[:, None]).sum())
-        return (fit, logits[0, n]) if with_last else fit
 
     @torch.no_grad()
     def next_token_logits(self) -> Tensor:

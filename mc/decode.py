@@ -218,7 +218,7 @@ def generate(ctrl, n: int, *, sampler: Sampler | None = None, use_cache: bool = 
         if on_token is not None:
             on_token(tid)
         ctrl._extend(tok.view(1).to(ctrl.device, torch.long), refocus=False)  # drawn from the logits: in the vocabulary
-        if ctrl.check_due():  # allocator.inference.refocus_check: the cache sees an undone refocus as a new layout
+        if s.check_due():  # allocator.inference.refocus_check: the cache sees an undone refocus as a new layout
             r0 = time.perf_counter()
             stats.checks.append(bool(ctrl.check_refocus()))
             stats.check_ms.append((time.perf_counter() - r0) * 1e3)

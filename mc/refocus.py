@@ -55,7 +55,7 @@ import torch
 from torch import Tensor
 
 from mc.config import AllocatorInferenceConfig
-from mc.session import InferenceSession, RefocusRecord
+from mc.session import InferenceSession, PendingCheck, RefocusRecord
 from mc.working_context import Entry
 
 ScoreFn = Callable[[InferenceSession], Tensor]  # session -> LensNet scores [len(wc)] on its current layout
@@ -261,12 +261,12 @@ def branches_here(inf: AllocatorInferenceConfig, num_tokens: int) -> bool:
     return inf.branches > 1 and (inf.branch_max_tokens == 0 or num_tokens <= inf.branch_max_tokens)
 
 
-def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn,
-                unchanged: list | None = None) -> RefocusRecord:
+def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn) -> RefocusRecord:
     """A whole refocus (see the module docstring): zoom, branches, one cooldown tick. Returns its record
-    (``branch``: the path kept; ``branch_fits``: per path tried, empty with one branch). ``unchanged``: a list to
-    which the working context and allocator the session would hold had this refocus made no edit (after the anchor
-    and guard marks and the cooldown tick) are appended, for the refocus check (``allocator.inference.refocus_check``)."""
+    (``branch``: the path kept; ``branch_fits``: per path tried, empty with one branch). With
+    ``allocator.inference.refocus_check`` a refocus that made edits leaves ``s.check``: the layout and allocator the
+    session would hold had it made no edit (after the anchor and guard marks and the cooldown tick), which
+    :func:`mc.layout_fit.check_refocus` weighs against its own once enough tokens are in."""
     inf = s.cfg.allocator.inference
     branched = branches_here(inf, s.num_tokens)  # other zoom paths; the unchanged layout is a candidate at any length
     start_scores, anchor = None, None
@@ -285,10 +285,7 @@ def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn,
         if guarded:
             s.allocator.mark_expanded([(1, b) for b in guarded], s.wc.block_size)
     start_wc, start_allocator = s.wc.copy(), s.allocator.copy()
-    if unchanged is not None:
-        no_edit = start_allocator.copy()
-        no_edit.end_refocus()
-        unchanged.extend((start_wc.copy(), no_edit))
+    no_edit = (start_wc.copy(), start_allocator.copy()) if inf.refocus_check else None  # the check's other layout
     # the base's fit of the newest tokens before any edit: the unchanged layout's candidacy
     start_fit = tail_fit_fn() if inf.branches > 1 and inf.branch_unchanged else None
     at_edges: list[tuple] = []  # the anchored zoom's layout once the anchor's edges are open (anchor_path)
@@ -328,4 +325,7 @@ def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn,
     s.allocator.end_refocus()
     s.tokens_since_refocus = 0
     s.refocus_log.append(record)
+    if no_edit is not None and record.edits:
+        no_edit[1].end_refocus()
+        s.check = PendingCheck(record, *no_edit)
     return record

@@ -151,6 +151,10 @@ class InferenceSession:
             wc, allocator = self._layout_append(wc, allocator, total, n, depth)
         return wc, allocator
 
+    def check_due(self) -> bool:
+        """Whether a refocus with edits waits for its check and ``allocator.inference.refocus_check`` tokens are in."""
+        return self.check is not None and self.check.tokens >= self.cfg.allocator.inference.refocus_check
+
     def snapshot(self) -> tuple:
         """The state appends and refocuses change, for :meth:`restore`: the tree's mark, copies of the working
         context and the allocator, the refocus clock and the log's length. Why: the evaluation reads one

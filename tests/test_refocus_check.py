@@ -11,6 +11,8 @@ from mc.config_checks import ConfigError, validate
 from mc.decode import DecodeStats
 from mc.eval.evaluate import load_trained_controller, run_evaluation
 from mc.eval.streamed import wc_session_loss
+from mc import layout_fit
+from mc.layout_fit import tail_fit
 from tests.test_eval import fake_run, tiny_cfg
 
 K = 8
@@ -31,17 +33,17 @@ def _allocator_state(a) -> tuple:
     return a.clock, dict(a._expanded_into), dict(a._collapsed_into)
 
 
-def _scripted_fits(ctrl, revert_if):
-    """``_newest_fit`` replaced: each check's first call (the kept layout) fits 0, its second (no edit) +1 when
+def _scripted_fits(monkeypatch, revert_if):
+    """The check's fits replaced: each check's first (the kept layout) fits 0, its second (no edit) +1 when
     ``revert_if(j)`` for the j-th check, else -1. Returns the list of layouts each call saw."""
     seen = []
 
-    def fit(n, with_last=False):
-        assert not with_last  # the tiny config does not branch: only the check asks for a fit
+    def fit(ctrl, n=0):
+        assert n == K  # the tiny config does not branch: only the check asks for a fit
         j, second = divmod(len(seen), 2)
         seen.append(ctrl.session.wc.entries)
         return (1.0 if revert_if(j) else -1.0) if second else 0.0
-    ctrl._newest_fit = fit
+    monkeypatch.setattr(layout_fit, "tail_fit", fit)
     return seen
 
 
@@ -76,30 +78,30 @@ def test_check_keeps_the_layout_that_fits_the_new_tokens_better(tmp_path):
     assert record.edits and s.check is not None  # untrained LensNet scores still rank: the refocus edits
     for i in range(150, 150 + K - 1):
         ctrl.append(ids[i: i + 1], refocus=False)
-        assert not ctrl.check_due()
+        assert not ctrl.session.check_due()
     ctrl.append(ids[157:158], refocus=False)
-    assert ctrl.check_due()
+    assert ctrl.session.check_due()
     snap1 = s.snapshot()
-    kept_layout, kept_fit = s.wc.entries, ctrl._newest_fit(K)
+    kept_layout, kept_fit = s.wc.entries, tail_fit(ctrl, K)
     # the session had the refocus made no edit: the same start, one cooldown tick, the same appends
     s.restore(snap0)
     s.allocator.end_refocus()
     for i in range(150, 150 + K):
         ctrl.append(ids[i: i + 1], refocus=False)
-    no_edit_layout, no_edit_fit = s.wc.entries, ctrl._newest_fit(K)
+    no_edit_layout, no_edit_fit = s.wc.entries, tail_fit(ctrl, K)
     assert no_edit_layout != kept_layout  # the check chooses between two layouts
     s.restore(snap1)
-    assert ctrl.check_due()  # the snapshot holds the pending check and its appends
+    assert ctrl.session.check_due()  # the snapshot holds the pending check and its appends
     reverted = ctrl.check_refocus()
     assert record.check_fits == [kept_fit, no_edit_fit] and record.reverted == reverted
     assert reverted == (no_edit_fit > kept_fit)
     assert s.wc.entries == (no_edit_layout if reverted else kept_layout)
-    assert s.check is None and not ctrl.check_due() and ctrl.check_refocus() is None
+    assert s.check is None and not ctrl.session.check_due() and ctrl.check_refocus() is None
 
 
 @pytest.mark.parametrize("no_edit_fit, reverted", [(1.0, True), (-1.0, False), (0.0, False)])
 @torch.no_grad()
-def test_check_decides_by_the_fits(tmp_path, no_edit_fit, reverted):
+def test_check_decides_by_the_fits(tmp_path, monkeypatch, no_edit_fit, reverted):
     """Strictly better without the edits undoes them (the appends replayed on the unedited layout); a tie keeps them."""
     _, ctrl = _ctrl(tmp_path)
     ids = _ids(200, 3)
@@ -110,22 +112,22 @@ def test_check_decides_by_the_fits(tmp_path, no_edit_fit, reverted):
     kept = s.wc.entries
     s_check = s.check
     wc, _ = s.replay_layout(s_check.wc, s_check.allocator, s_check.chunks)
-    ctrl._newest_fit = lambda n, it=iter([0.0, no_edit_fit]): next(it)  # the kept layout's fit, then no edit's
+    monkeypatch.setattr(layout_fit, "tail_fit", lambda c, n, it=iter([0.0, no_edit_fit]): next(it))  # kept, then no edit
     assert ctrl.check_refocus() is reverted
     assert s.wc.entries == (wc.entries if reverted else kept)
     s.restore(snap0)  # the refocus, then an append with refocus on: the append runs the check when due
-    ctrl._newest_fit = lambda n, it=iter([0.0, no_edit_fit]): next(it)
+    monkeypatch.setattr(layout_fit, "tail_fit", lambda c, n, it=iter([0.0, no_edit_fit]): next(it))
     assert ctrl.refocus().edits
     ctrl.append(ids[150:158])
     assert s.check is None and s.refocus_log[-1].reverted is reverted
 
 
 @torch.no_grad()
-def test_generate_with_checks_matches_the_cache_free_decode(tmp_path):
+def test_generate_with_checks_matches_the_cache_free_decode(tmp_path, monkeypatch):
     """Undone and kept refocuses alike: the KV cache sees an undone refocus as a new layout, so the cached decode
     draws the tokens the cache-free one does."""
     _, ctrl = _ctrl(tmp_path, every=16)
-    seen = _scripted_fits(ctrl, lambda j: j % 2 == 0)
+    seen = _scripted_fits(monkeypatch, lambda j: j % 2 == 0)
     prompt = _ids(150, 4)
     s = ctrl.begin_session(prompt)
     snap = s.snapshot()
@@ -152,7 +154,7 @@ def _by_hand(ctrl, tail: torch.Tensor, every: int) -> tuple[float, list[int]]:
         losses.append(float(F.cross_entropy(ctrl.next_token_logits()[None].float(), tok.view(1))))
         ctrl.append(tok.view(1), refocus=False)
         last = i + 1 == tail.numel()
-        if not last and ctrl.check_due():
+        if not last and ctrl.session.check_due():
             ctrl.check_refocus()
         if (i + 1) % every == 0 and not last:
             edits.append(len(ctrl.refocus().edits))
@@ -160,9 +162,9 @@ def _by_hand(ctrl, tail: torch.Tensor, every: int) -> tuple[float, list[int]]:
 
 
 @torch.no_grad()
-def test_session_read_with_checks_equals_the_token_by_token_session(tmp_path):
+def test_session_read_with_checks_equals_the_token_by_token_session(tmp_path, monkeypatch):
     _, ctrl = _ctrl(tmp_path, every=20)
-    seen = _scripted_fits(ctrl, lambda j: j % 2 == 0)
+    seen = _scripted_fits(monkeypatch, lambda j: j % 2 == 0)
     ids = _ids(240, 9)  # a draw whose refocuses edit after undone and kept checks alike
     tail = ids[-90:]
     s = ctrl.begin_session(ids[:-90])

@@ -125,7 +125,7 @@ def wc_session_loss(ctrl, tail_ids: Tensor, *, every: int = 0,
             losses.append(_segment_losses(ctrl, tail_ids[start: i + 1], i - start))
             ctrl.append(tok, refocus=False)
             start = i + 1
-        if every and i + 1 < n and ctrl.check_due():  # a refocus check (refocus_check) may undo its edits
+        if every and i + 1 < n and s.check_due():  # a refocus check (refocus_check) may undo its edits
             if start <= i:
                 losses.append(_segment_losses(ctrl, tail_ids[start: i + 1], i + 1 - start))
                 start = i + 1
