@@ -285,7 +285,6 @@ def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn)
         if guarded:
             s.allocator.mark_expanded([(1, b) for b in guarded], s.wc.block_size)
     start_wc, start_allocator = s.wc.copy(), s.allocator.copy()
-    no_edit = (start_wc.copy(), start_allocator.copy()) if inf.refocus_check else None  # the check's other layout
     # the base's fit of the newest tokens before any edit: the unchanged layout's candidacy
     start_fit = tail_fit_fn() if inf.branches > 1 and inf.branch_unchanged else None
     at_edges: list[tuple] = []  # the anchored zoom's layout once the anchor's edges are open (anchor_path)
@@ -325,7 +324,8 @@ def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn)
     s.allocator.end_refocus()
     s.tokens_since_refocus = 0
     s.refocus_log.append(record)
-    if no_edit is not None and record.edits:
-        no_edit[1].end_refocus()
-        s.check = PendingCheck(record, *no_edit)
+    if inf.refocus_check and record.edits:  # a zoom was kept, so start_wc / start_allocator are as they started
+        no_edit = start_allocator.copy()
+        no_edit.end_refocus()
+        s.check = PendingCheck(record, start_wc, no_edit)
     return record

@@ -7,7 +7,7 @@ lets the controller stay orchestration-only and makes a session easy to inspect 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
@@ -161,7 +161,7 @@ class InferenceSession:
         document with several focus policies; restoring a snapshot of the built session gives each policy the
         same start without gisting the whole history again (most of the sweep's time before)."""
         wc = None if self.wc is None else self.wc.copy()
-        check = None if self.check is None else (self.check, list(self.check.chunks))
+        check = None if self.check is None else replace(self.check, chunks=list(self.check.chunks))
         return self.tree.mark(), wc, self.allocator.copy(), self.tokens_since_refocus, len(self.refocus_log), check
 
     def restore(self, snap: tuple) -> None:
@@ -172,10 +172,8 @@ class InferenceSession:
         self.allocator = allocator.copy()
         self.tokens_since_refocus = tokens_since_refocus
         del self.refocus_log[n_log:]
-        self.check = None
-        if check is not None:  # its layout copies are never changed in place (replay_layout copies): shared
-            pending, chunks = check
-            self.check = PendingCheck(pending.record, pending.wc, pending.allocator, list(chunks))
+        # the pending check's layout is never changed in place (replay_layout copies): shared; its chunks are not
+        self.check = None if check is None else replace(check, chunks=list(check.chunks))
 
     def materialize(self) -> MaterializedWC:
         if self.wc is None:

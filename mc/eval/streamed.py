@@ -116,6 +116,12 @@ def wc_session_loss(ctrl, tail_ids: Tensor, *, every: int = 0,
     tail_ids = torch.as_tensor(tail_ids, dtype=torch.long).reshape(-1)
     n = tail_ids.numel()
     losses, edits, start = [], [], 0  # tail_ids[start:i] are appended as raw entries on a layout unchanged since
+
+    def read_up_to(end: int) -> None:  # before a check or refocus changes the layout: tail_ids[start:end] off it
+        nonlocal start
+        if start < end:
+            losses.append(_segment_losses(ctrl, tail_ids[start: end], end - start))
+        start = end
     for i in range(n):
         tok = tail_ids[i: i + 1]
         before, pos_before, snap, n_tok = s.wc.entries, _base_positions(ctrl), s.snapshot(), s.num_tokens
@@ -126,15 +132,11 @@ def wc_session_loss(ctrl, tail_ids: Tensor, *, every: int = 0,
             ctrl.append(tok, refocus=False)
             start = i + 1
         if every and i + 1 < n and s.check_due():  # a refocus check (refocus_check) may undo its edits
-            if start <= i:
-                losses.append(_segment_losses(ctrl, tail_ids[start: i + 1], i + 1 - start))
-                start = i + 1
+            read_up_to(i + 1)
             ctrl.check_refocus()
         if every and (i + 1) % every == 0 and i + 1 < n:  # the scheduled refocus: read what came before it first
-            if start <= i:
-                losses.append(_segment_losses(ctrl, tail_ids[start: i + 1], i + 1 - start))
+            read_up_to(i + 1)
             edits.append(int(refocus()))
-            start = i + 1
     if start < n:  # the last run: its tokens are the context's last entries
         losses.append(_segment_losses(ctrl, tail_ids[start:], n - start))
     return float(torch.cat(losses).mean()), edits
