@@ -22,6 +22,7 @@ from torch import Tensor
 
 from mc.inputs import finite_logits
 from mc.kv_cache import KVCache, slot_keys
+from mc.layout_fit import check_fallback
 from mc.nets.positional import lod_rotary_cos_sin, rotary_cos_sin, rotary_full
 from mc.positions import IncrementalBasePositions
 from mc.sampling import Sampler
@@ -161,6 +162,8 @@ class DecodeStats:
     refocus_log: list[dict] = field(default_factory=list)
     checks: list[bool] = field(default_factory=list)  # per refocus check (refocus_check): whether it undid the edits
     check_ms: list[float] = field(default_factory=list)  # per refocus check: its time (out of decode_s, as refocuses)
+    # per fallback (refocus_fallback) that weighed two layouts: whether the session fell back to the never-refocused one
+    fallbacks: list[bool] = field(default_factory=list)
 
 
 def decoder_for(ctrl, *, compile_mode: str | None = None) -> CachedDecoder:
@@ -185,7 +188,8 @@ def generate(ctrl, n: int, *, sampler: Sampler | None = None, use_cache: bool = 
     Each token is appended; every ``allocator.inference.refocus_interval`` tokens the allocator
     refocuses (``on_refocus`` sees the session before and after), and with ``allocator.inference.refocus_check = k``
     a refocus that made edits is checked k tokens later (:meth:`~mc.controller.MCController.check_refocus`; its
-    time counts as the refocus's). Returns the ids ``[n]`` long.
+    time counts as the refocus's); with ``refocus_trial`` every refocus of the call after its first is a trial (the
+    first serves the prompt). Returns the ids ``[n]`` long.
     """
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise ValueError(f"generate: n must be an integer >= 0, got {n!r}")
@@ -199,6 +203,7 @@ def generate(ctrl, n: int, *, sampler: Sampler | None = None, use_cache: bool = 
     out: list[int] = []
     t0 = time.perf_counter()
     refocus_s = 0.0
+    n_before = len(stats.refocus_ms)  # refocuses of earlier calls sharing these stats
     pending: Tensor | None = None  # logits the post-refocus rebuild already produced
     for _ in range(n):
         if pending is not None:
@@ -223,12 +228,20 @@ def generate(ctrl, n: int, *, sampler: Sampler | None = None, use_cache: bool = 
             stats.checks.append(bool(ctrl.check_refocus()))
             stats.check_ms.append((time.perf_counter() - r0) * 1e3)
             refocus_s += time.perf_counter() - r0
+        if s.fallback_due():  # allocator.inference.refocus_fallback: after the refocus's own check, as append does
+            r0 = time.perf_counter()
+            fell_back = check_fallback(ctrl, emit=ctrl.telemetry.emit)
+            if fell_back is not None:
+                stats.fallbacks.append(fell_back)
+            refocus_s += time.perf_counter() - r0
         if s.tokens_since_refocus >= interval:
             if on_refocus is not None:
                 on_refocus("before", s)
             r0 = time.perf_counter()
             entries_before = s.wc.entries
-            record = ctrl.refocus()
+            # the call's first refocus serves its prompt (a question's answer follows at once): applied at once; the
+            # later ones are the session's own schedule (trials with allocator.inference.refocus_trial)
+            record = ctrl.refocus(scheduled=bool(stats.refocus_ms[n_before:]))
             rebuilt = 0
             if dec is not None:  # the rebuild is part of the refocus's cost: run it now, not in the next step
                 pending = dec.logits(s)
@@ -241,7 +254,7 @@ def generate(ctrl, n: int, *, sampler: Sampler | None = None, use_cache: bool = 
             stats.refocus_log.append({"num_tokens": record.num_tokens, "iterations": record.iterations,
                                       "edits": len(record.edits), "entries_before": len(entries_before),
                                       "entries_after": len(after), "first_changed_entry": first,
-                                      "recomputed_entries": rebuilt, "ms": ms})
+                                      "recomputed_entries": rebuilt, "ms": ms, "trial": record.trial})
             refocus_s += time.perf_counter() - r0
             if on_refocus is not None:
                 on_refocus("after", s)

@@ -8,7 +8,8 @@
   tokens are in, their fit under the session's layout is weighed against their fit under that layout with the same
   appends replayed on it (:meth:`mc.session.InferenceSession.replay_layout`), and the better one stays. Every other
   rule judges a refocus before the text it serves arrives; this one judges it on that text (obsidian Focus Allocator,
-  "Refocus check").
+  "Refocus check"). With ``refocus_trial`` a scheduled refocus is a trial, the same check the other way round: the
+  session reads the k tokens without its edits and takes them only if they fit better ("Refocus trial").
 
 The forward runs through the controller's ``base_logits``; the lookahead's appends through its ``_extend``, so
 GistNet is still called only by the controller's helper.
@@ -43,25 +44,63 @@ def tail_fit(ctrl, n: int = 0) -> float:
 def check_refocus(ctrl, *, force: bool = False, emit: Callable[[dict], None] | None = None) -> bool | None:
     """The refocus check of the session's last refocus with edits, when due (``refocus_check`` tokens in; ``force``:
     on the tokens in so far, at least one). The layout without its edits replaces the session's when it fits those
-    tokens strictly better (a tie keeps the refocus). Returns whether it did, None when no check was due; the
-    refocus's record gets both fits and the outcome, ``emit`` a telemetry event. The tree is not touched: the KV
-    cache's entry comparison sees an undone refocus as it sees a collapse."""
+    tokens strictly better (a tie keeps the refocus); for a trial (``refocus_trial``) the refocus's layout replaces the
+    session's unedited one when it fits them strictly better (a tie keeps the session's). Returns whether the session
+    goes on without the edits (undone, or a trial not taken), None when no check was due; the refocus's record gets
+    both fits (with the edits, then without) and the outcome, ``emit`` a telemetry event. The tree is not touched: the
+    KV cache's entry comparison sees either change of layout as it sees a collapse."""
     s, k = ctrl._require_session(), ctrl.cfg.allocator.inference.refocus_check
     c = s.check
     if c is None or (not force and c.tokens < k) or c.tokens == 0:
-        if force:
-            s.check = None  # no token since the refocus: nothing to judge it by
+        if force and c is not None:  # no token since the refocus: nothing to judge it by (a trial is not taken)
+            s.check, c.record.reverted = None, c.record.trial
         return None
     s.check = None
     n = min(k, c.tokens)
-    kept_fit, kept = tail_fit(ctrl, n), (s.wc, s.allocator)
+    held_fit, held = tail_fit(ctrl, n), (s.wc, s.allocator)
     s.wc, s.allocator = s.replay_layout(c.wc, c.allocator, c.chunks)
-    no_edit_fit = tail_fit(ctrl, n)
-    reverted = no_edit_fit > kept_fit
-    if not reverted:
-        s.wc, s.allocator = kept
-    c.record.check_fits, c.record.reverted = [kept_fit, no_edit_fit], reverted
+    other_fit = tail_fit(ctrl, n)
+    switched = other_fit > held_fit  # a tie keeps what the session holds: the refocus's layout, or a trial's unedited
+    if not switched:
+        s.wc, s.allocator = held
+    # in the record's order, with the edits then without (a trial's session held the one without); whether the
+    # session goes on without them: an applied refocus undone, a trial not taken
+    edited_fit, no_edit_fit = (other_fit, held_fit) if c.record.trial else (held_fit, other_fit)
+    reverted = switched != c.record.trial
+    c.record.check_fits, c.record.reverted = [edited_fit, no_edit_fit], reverted
     if emit is not None:
         emit({"kind": "refocus_check", "num_tokens": s.num_tokens, "tokens": n, "edits": len(c.record.edits),
-              "fits": [kept_fit, no_edit_fit], "reverted": reverted})
+              "fits": [edited_fit, no_edit_fit], "reverted": reverted, "trial": c.record.trial})
     return reverted
+
+
+@torch.no_grad()
+def check_fallback(ctrl, *, emit: Callable[[dict], None] | None = None) -> bool | None:
+    """The fallback (``allocator.inference.refocus_fallback``), when due (``refocus_check`` tokens since the last):
+    the never-refocused layout, the appends replayed on it, replaces the session's when the base fits the newest k
+    tokens strictly better under it. Where the check judges one refocus against the layout before it, this judges
+    everything the session's refocuses left against no refocus at all, every k tokens, so a layout that keeps
+    costing does not outlive k more tokens. Returns whether the session fell back, None when not due or when the two
+    layouts are the same; a pending refocus check is dropped with its layout. ``s.fallback_log`` gets each one."""
+    s, k = ctrl._require_session(), ctrl.cfg.allocator.inference.refocus_check
+    u = s.unfocused
+    if u is None or u.tokens < k:
+        return None
+    u.wc, u.allocator = s.replay_layout(u.wc, u.allocator, u.chunks)
+    u.chunks = []
+    if u.wc.entries == s.wc.entries:
+        return None
+    held_fit, held = tail_fit(ctrl, k), (s.wc, s.allocator)
+    s.wc, s.allocator = u.wc.copy(), u.allocator.copy()  # the session's layout changes in place; the replayed one not
+    unfocused_fit = tail_fit(ctrl, k)
+    fell_back = unfocused_fit > held_fit  # a tie keeps the session's
+    if fell_back:
+        s.check = None
+    else:
+        s.wc, s.allocator = held
+    s.fallback_log.append({"num_tokens": s.num_tokens, "fits": [held_fit, unfocused_fit], "fell_back": fell_back})
+    if emit is not None:
+        emit({"kind": "refocus_fallback", "num_tokens": s.num_tokens, "tokens": k,
+              "fits": [held_fit, unfocused_fit], "fell_back": fell_back})
+    return fell_back
+
