@@ -66,13 +66,6 @@ class AllocatorInferenceConfig:
     # undone after k tokens instead of lasting. Costs two base forwards and k layout appends (no net call) per
     # refocus with edits (obsidian Focus Allocator, "Refocus check"). < mc.recent_tokens, <= refocus_interval; 0 = off.
     refocus_check: int = 0
-    # with refocus_check: the refocuses a session makes on schedule (every refocus_interval tokens while it decodes or
-    # appends) are trials: the session keeps its layout, and takes the refocus's (the k tokens' appends replayed on it)
-    # only when that one fits those k tokens strictly better. The k tokens are then always read without an edit no
-    # one has judged, where the check alone reads them under the edit and undoes it after. A refocus called directly
-    # and a generate call's first (both serve a prompt whose answer follows at once) are applied at once and checked
-    # as before (obsidian Focus Allocator, "Refocus trial"). false = off.
-    refocus_trial: bool = False
     # with refocus_check: every k tokens the session's layout is weighed against the one it would hold had it never
     # refocused (the appends replayed on it), by the base's fit of those k tokens, and the never-refocused one
     # replaces it when strictly better. The check judges one refocus against the layout before it; this judges all

@@ -234,15 +234,15 @@ class MCController:
             self.check_refocus()
             check_fallback(self, emit=self.telemetry.emit)
         if refocus and s.tokens_since_refocus >= self.cfg.allocator.inference.refocus_interval:
-            self.refocus(scheduled=True)
+            self.refocus()
 
     @torch.no_grad()
-    def refocus(self, *, scheduled: bool = False) -> RefocusRecord:
-        """LensNet's allocator iterations within the edit budget, maybe branched; ``scheduled``: a trial (mc.refocus)."""
+    def refocus(self) -> RefocusRecord:
+        """LensNet-driven allocator iterations within the edit budget, optionally branched (:mod:`mc.refocus`)."""
         s = self._require_session()
         if s.check is not None:  # a refocus not yet checked (allocator.inference.refocus_check): judged first
             self.check_refocus(force=True)
-        record = run_refocus(s, self.session_scores, self._tail_fit, scheduled=scheduled)
+        record = run_refocus(s, self.session_scores, self._tail_fit)
         self.telemetry.emit({"kind": "refocus", "num_tokens": s.num_tokens, "iterations": record.iterations,
                              "edits": len(record.edits), "entries": len(s.wc), "branch": record.branch})
         return record

@@ -188,8 +188,8 @@ def generate(ctrl, n: int, *, sampler: Sampler | None = None, use_cache: bool = 
     Each token is appended; every ``allocator.inference.refocus_interval`` tokens the allocator
     refocuses (``on_refocus`` sees the session before and after), and with ``allocator.inference.refocus_check = k``
     a refocus that made edits is checked k tokens later (:meth:`~mc.controller.MCController.check_refocus`; its
-    time counts as the refocus's); with ``refocus_trial`` every refocus of the call after its first is a trial (the
-    first serves the prompt). Returns the ids ``[n]`` long.
+    time counts as the refocus's), then with ``refocus_fallback`` the session's layout is weighed against the
+    never-refocused one every k tokens (:func:`mc.layout_fit.check_fallback`). Returns the ids ``[n]`` long.
     """
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise ValueError(f"generate: n must be an integer >= 0, got {n!r}")
@@ -203,7 +203,6 @@ def generate(ctrl, n: int, *, sampler: Sampler | None = None, use_cache: bool = 
     out: list[int] = []
     t0 = time.perf_counter()
     refocus_s = 0.0
-    n_before = len(stats.refocus_ms)  # refocuses of earlier calls sharing these stats
     pending: Tensor | None = None  # logits the post-refocus rebuild already produced
     for _ in range(n):
         if pending is not None:
@@ -239,9 +238,7 @@ def generate(ctrl, n: int, *, sampler: Sampler | None = None, use_cache: bool = 
                 on_refocus("before", s)
             r0 = time.perf_counter()
             entries_before = s.wc.entries
-            # the call's first refocus serves its prompt (a question's answer follows at once): applied at once; the
-            # later ones are the session's own schedule (trials with allocator.inference.refocus_trial)
-            record = ctrl.refocus(scheduled=bool(stats.refocus_ms[n_before:]))
+            record = ctrl.refocus()
             rebuilt = 0
             if dec is not None:  # the rebuild is part of the refocus's cost: run it now, not in the next step
                 pending = dec.logits(s)
@@ -254,7 +251,7 @@ def generate(ctrl, n: int, *, sampler: Sampler | None = None, use_cache: bool = 
             stats.refocus_log.append({"num_tokens": record.num_tokens, "iterations": record.iterations,
                                       "edits": len(record.edits), "entries_before": len(entries_before),
                                       "entries_after": len(after), "first_changed_entry": first,
-                                      "recomputed_entries": rebuilt, "ms": ms, "trial": record.trial})
+                                      "recomputed_entries": rebuilt, "ms": ms})
             refocus_s += time.perf_counter() - r0
             if on_refocus is not None:
                 on_refocus("after", s)

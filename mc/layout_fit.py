@@ -8,8 +8,9 @@
   tokens are in, their fit under the session's layout is weighed against their fit under that layout with the same
   appends replayed on it (:meth:`mc.session.InferenceSession.replay_layout`), and the better one stays. Every other
   rule judges a refocus before the text it serves arrives; this one judges it on that text (obsidian Focus Allocator,
-  "Refocus check"). With ``refocus_trial`` a scheduled refocus is a trial, the same check the other way round: the
-  session reads the k tokens without its edits and takes them only if they fit better ("Refocus trial").
+  "Refocus check");
+* :func:`check_fallback`: the fallback (``allocator.inference.refocus_fallback``): every k tokens the session's layout
+  against the one it would hold had it never refocused (obsidian Focus Allocator, "Refocus fallback").
 
 The forward runs through the controller's ``base_logits``; the lookahead's appends through its ``_extend``, so
 GistNet is still called only by the controller's helper.
@@ -44,33 +45,27 @@ def tail_fit(ctrl, n: int = 0) -> float:
 def check_refocus(ctrl, *, force: bool = False, emit: Callable[[dict], None] | None = None) -> bool | None:
     """The refocus check of the session's last refocus with edits, when due (``refocus_check`` tokens in; ``force``:
     on the tokens in so far, at least one). The layout without its edits replaces the session's when it fits those
-    tokens strictly better (a tie keeps the refocus); for a trial (``refocus_trial``) the refocus's layout replaces the
-    session's unedited one when it fits them strictly better (a tie keeps the session's). Returns whether the session
-    goes on without the edits (undone, or a trial not taken), None when no check was due; the refocus's record gets
-    both fits (with the edits, then without) and the outcome, ``emit`` a telemetry event. The tree is not touched: the
-    KV cache's entry comparison sees either change of layout as it sees a collapse."""
+    tokens strictly better (a tie keeps the refocus). Returns whether it did, None when no check was due; the
+    refocus's record gets both fits and the outcome, ``emit`` a telemetry event. The tree is not touched: the KV
+    cache's entry comparison sees an undone refocus as it sees a collapse."""
     s, k = ctrl._require_session(), ctrl.cfg.allocator.inference.refocus_check
     c = s.check
     if c is None or (not force and c.tokens < k) or c.tokens == 0:
-        if force and c is not None:  # no token since the refocus: nothing to judge it by (a trial is not taken)
-            s.check, c.record.reverted = None, c.record.trial
+        if force:
+            s.check = None  # no token since the refocus: nothing to judge it by
         return None
     s.check = None
     n = min(k, c.tokens)
-    held_fit, held = tail_fit(ctrl, n), (s.wc, s.allocator)
+    kept_fit, kept = tail_fit(ctrl, n), (s.wc, s.allocator)
     s.wc, s.allocator = s.replay_layout(c.wc, c.allocator, c.chunks)
-    other_fit = tail_fit(ctrl, n)
-    switched = other_fit > held_fit  # a tie keeps what the session holds: the refocus's layout, or a trial's unedited
-    if not switched:
-        s.wc, s.allocator = held
-    # in the record's order, with the edits then without (a trial's session held the one without); whether the
-    # session goes on without them: an applied refocus undone, a trial not taken
-    edited_fit, no_edit_fit = (other_fit, held_fit) if c.record.trial else (held_fit, other_fit)
-    reverted = switched != c.record.trial
-    c.record.check_fits, c.record.reverted = [edited_fit, no_edit_fit], reverted
+    no_edit_fit = tail_fit(ctrl, n)
+    reverted = no_edit_fit > kept_fit
+    if not reverted:
+        s.wc, s.allocator = kept
+    c.record.check_fits, c.record.reverted = [kept_fit, no_edit_fit], reverted
     if emit is not None:
         emit({"kind": "refocus_check", "num_tokens": s.num_tokens, "tokens": n, "edits": len(c.record.edits),
-              "fits": [edited_fit, no_edit_fit], "reverted": reverted, "trial": c.record.trial})
+              "fits": [kept_fit, no_edit_fit], "reverted": reverted})
     return reverted
 
 
@@ -103,4 +98,3 @@ def check_fallback(ctrl, *, emit: Callable[[dict], None] | None = None) -> bool 
         emit({"kind": "refocus_fallback", "num_tokens": s.num_tokens, "tokens": k,
               "fits": [held_fit, unfocused_fit], "fell_back": fell_back})
     return fell_back
-

@@ -261,14 +261,12 @@ def branches_here(inf: AllocatorInferenceConfig, num_tokens: int) -> bool:
     return inf.branches > 1 and (inf.branch_max_tokens == 0 or num_tokens <= inf.branch_max_tokens)
 
 
-def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn, *,
-                scheduled: bool = False) -> RefocusRecord:
+def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn) -> RefocusRecord:
     """A whole refocus (see the module docstring): zoom, branches, one cooldown tick. Returns its record
     (``branch``: the path kept; ``branch_fits``: per path tried, empty with one branch). With
     ``allocator.inference.refocus_check`` a refocus that made edits leaves ``s.check``: the layout and allocator the
     session would hold had it made no edit (after the anchor and guard marks and the cooldown tick), which
-    :func:`mc.layout_fit.check_refocus` weighs against its own once enough tokens are in. A ``scheduled`` one with
-    ``refocus_trial`` is a trial: the session goes on with that unedited state and the check holds the edited one."""
+    :func:`mc.layout_fit.check_refocus` weighs against its own once enough tokens are in."""
     inf = s.cfg.allocator.inference
     branched = branches_here(inf, s.num_tokens)  # other zoom paths; the unchanged layout is a candidate at any length
     start_scores, anchor = None, None
@@ -330,8 +328,4 @@ def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn,
         no_edit = start_allocator.copy()
         no_edit.end_refocus()
         s.check = PendingCheck(record, start_wc, no_edit)
-        if scheduled and inf.refocus_trial:  # the edits wait for the check: the session reads on without them
-            record.trial = True
-            s.check = PendingCheck(record, s.wc, s.allocator)
-            s.wc, s.allocator = start_wc, no_edit
     return record

@@ -34,19 +34,15 @@ class RefocusRecord:
     # runner-up at each descent), top down; the sibling branches' starts (allocator.inference.branch_siblings)
     passed_over: list[tuple[int, int]] = field(default_factory=list)
     # allocator.inference.refocus_check: the base's fit of the k tokens after this refocus under its layout, then under
-    # the layout it would have left with no edit (empty until checked), and whether the session went on without the
-    # edits (undone; for a trial, refocus_trial, not taken)
+    # the layout it would have left with no edit (empty until checked), and whether that one was kept (edits undone)
     check_fits: list[float] = field(default_factory=list)
     reverted: bool = False
-    trial: bool = False  # allocator.inference.refocus_trial: a scheduled refocus whose edits waited for the check
 
 
 @dataclass
 class PendingCheck:
     """A refocus waiting for its check (``allocator.inference.refocus_check``): the layout and allocator state the
-    session does not hold, and the sizes of the appends since, to replay on them. For a refocus applied at once that
-    is the state it would hold had the refocus made no edit; for a trial (``record.trial``) the state the refocus's
-    edits left, which the session has not taken yet."""
+    session would hold had the refocus made no edit, and the sizes of the appends since, to replay on them."""
 
     record: RefocusRecord
     wc: WorkingContext

@@ -145,7 +145,7 @@ def _by_hand(ctrl, tail: torch.Tensor, every: int) -> float:
             ctrl.check_refocus()
             check_fallback(ctrl)
             if (i + 1) % every == 0:
-                ctrl.refocus(scheduled=True)
+                ctrl.refocus()
     return sum(losses) / len(losses)
 
 
@@ -162,11 +162,11 @@ def test_session_read_with_fallbacks_equals_the_token_by_token_session(tmp_path,
     log = [f["fell_back"] for f in s.fallback_log]
     assert True in log and False in log and len(seen) == len(log)
     s.restore(snap)
-    got, _ = wc_session_loss(ctrl, tail, every=20, refocus=lambda: len(ctrl.refocus(scheduled=True).edits))
+    got, _ = wc_session_loss(ctrl, tail, every=20, refocus=lambda: len(ctrl.refocus().edits))
     assert [f["fell_back"] for f in s.fallback_log] == log
     assert got == pytest.approx(want, abs=5e-6)
     s.restore(snap)  # the random control's flag: no check and no fallback
-    wc_session_loss(ctrl, tail, every=20, checks=False, refocus=lambda: len(ctrl.refocus(scheduled=True).edits))
+    wc_session_loss(ctrl, tail, every=20, checks=False, refocus=lambda: len(ctrl.refocus().edits))
     assert s.fallback_log == []
 
 

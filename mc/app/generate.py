@@ -160,9 +160,8 @@ def generate_text(ctrl, tokenizer, text: str, max_new_tokens: int, *, temperatur
     Prompt speed = the prompt's tokens over the time to stream them into the session plus the first
     base-model pass over the working context (the cache prefill). Decode speed = generated tokens
     over the decode loop's time, refocuses excluded (``refocus_ms`` has them, cache rebuild included), and refocus
-    checks (``allocator.inference.refocus_check``: ``check_ms``, and ``refocus_checks``, whether each undid its refocus
-    or, for a trial (``refocus_trial``; ``trial`` in ``refocus_log``), left it untaken; ``refocus_fallbacks``, whether
-    each fallback, ``refocus_fallback``, went back to the never-refocused layout, its time left out of decode time too).
+    checks (``allocator.inference.refocus_check``: ``check_ms``, and ``refocus_checks``, whether each undid its refocus)
+    and fallbacks (``refocus_fallback``: ``refocus_fallbacks``, whether each went back to the never-refocused layout).
     With any inference call compiled (``compile.decode``, ``compile.gistnet.inference``,
     ``compile.lensnet.inference``), a throwaway session over the same prompt decodes ``mc.block_size + 1`` tokens
     and refocuses first (the prefill, the one-entry step, a one-block gist, LensNet), timed apart as ``warmup_s``, so

@@ -48,10 +48,6 @@ def session_note(settings: dict, per_doc: list[dict] = ()) -> str:
         line += (f" `focused` checked each refocus that made edits {k} tokens later and undid it where the layout "
                  f"without its edits fit those tokens better: {sum(c['undone'] for c in checks)} of "
                  f"{sum(c['checked'] for c in checks)} undone")
-        if inf.get("refocus_trial"):
-            line += (f"; the scheduled ones were trials, read {k} tokens without their edits and taken where those "
-                     f"tokens fit them better: {sum(c.get('taken', 0) for c in checks)} of "
-                     f"{sum(c.get('trials', 0) for c in checks)} taken")
         if inf.get("refocus_fallback"):
             line += (f"; every {k} tokens its layout was weighed against the never-refocused one and replaced by it "
                      f"where that fit those tokens better: {sum(c.get('fell_back', 0) for c in checks)} of "

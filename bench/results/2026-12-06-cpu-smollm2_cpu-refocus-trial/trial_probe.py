@@ -3,6 +3,7 @@ refocus check leaves?
 
     python bench/results/2026-12-06-cpu-smollm2_cpu-refocus-trial/trial_probe.py RUN_DIR DRAW N_DOCS MODE [MODE ...]
 
+The trial modes need commit b8c52c6 (the trial was dropped after this probe); the others run at any later commit.
 MODE: ``none`` (k = 0: never checked), ``check`` (refocus_check 16, the preset before), ``trial`` (check 16 and the
 scheduled refocuses as trials), ``fallback`` (check 16 and the fallback to the never-refocused layout every 16
 tokens), ``trial_fallback`` (both). Reads each evaluation document's last 128 tokens as mc.eval.session_read does
@@ -35,9 +36,8 @@ cfg = from_dict(RunConfig, json.loads((run_dir / "config.json").read_text()))
 cfg = apply_overrides(cfg, [f"eval.draw_seed={draw}", "eval.session_tail=128"])
 for m in modes:  # each mode passes the start-up check
     k, trial, fallback = MODES[m]
-    validate(apply_overrides(cfg, [f"allocator.inference.refocus_check={k}",
-                                   f"allocator.inference.refocus_trial={str(trial).lower()}",
-                                   f"allocator.inference.refocus_fallback={str(fallback).lower()}"]))
+    over = [f"allocator.inference.refocus_check={k}", f"allocator.inference.refocus_fallback={str(fallback).lower()}"]
+    validate(apply_overrides(cfg, over + (["allocator.inference.refocus_trial=true"] if trial else [])))
 ecfg = _eval_config(cfg)
 ctrl = load_trained_controller(ecfg, run_dir, device=torch.device("cpu"))
 docs = corpus_eval_docs(cfg, n_docs, cfg.eval.doc_tokens)[0] + recall_eval_docs(cfg, n_docs, cfg.eval.doc_tokens)
@@ -71,16 +71,20 @@ for d in docs:
     row = {"name": d.name, "source": d.source, "compressed": comp_mean, "compressed_tok": comp}
     for m in modes:
         inf = ctrl.cfg.allocator.inference  # the session reads the controller's config
-        inf.refocus_check, inf.refocus_trial, inf.refocus_fallback = MODES[m]
+        k, trial, inf.refocus_fallback = MODES[m]
+        inf.refocus_check = k
+        if trial or hasattr(inf, "refocus_trial"):  # the trial's code is only in b8c52c6 (see the README)
+            inf.refocus_trial = trial
         _, _, first = prefix_session(ctrl, prefix, focus=Focus("lensnet"))
+        scheduled = (lambda: ctrl.refocus(scheduled=True)) if trial else ctrl.refocus
         tok, mean = read(lambda: streamed.wc_session_loss(
-            ctrl, tail, every=every, refocus=lambda: len(ctrl.refocus(scheduled=True).edits)))
+            ctrl, tail, every=every, refocus=lambda: len(scheduled().edits)))
         log = [r for r in ctrl.session.refocus_log]
         row[m] = {"loss": mean, "tok": tok, "edits": [len(r.edits) for r in log],
-                  "checked": sum(1 for r in log if r.check_fits and not r.trial),
-                  "undone": sum(1 for r in log if r.check_fits and not r.trial and r.reverted),
-                  "trials": sum(1 for r in log if r.check_fits and r.trial),
-                  "taken": sum(1 for r in log if r.check_fits and r.trial and not r.reverted),
+                  "checked": sum(1 for r in log if r.check_fits and not getattr(r, "trial", False)),
+                  "undone": sum(1 for r in log if r.check_fits and not getattr(r, "trial", False) and r.reverted),
+                  "trials": sum(1 for r in log if r.check_fits and getattr(r, "trial", False)),
+                  "taken": sum(1 for r in log if r.check_fits and getattr(r, "trial", False) and not r.reverted),
                   "fallbacks": len(ctrl.session.fallback_log),
                   "fell_back": sum(f["fell_back"] for f in ctrl.session.fallback_log)}
     rows.append(row)
