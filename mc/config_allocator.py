@@ -66,12 +66,6 @@ class AllocatorInferenceConfig:
     # undone after k tokens instead of lasting. Costs two base forwards and k layout appends (no net call) per
     # refocus with edits (obsidian Focus Allocator, "Refocus check"). < mc.recent_tokens, <= refocus_interval; 0 = off.
     refocus_check: int = 0
-    # with refocus_check: every k tokens the session's layout is weighed against the one it would hold had it never
-    # refocused (the appends replayed on it), by the base's fit of those k tokens, and the never-refocused one
-    # replaces it when strictly better. The check judges one refocus against the layout before it; this judges all
-    # the session's refocuses together against none, so a layout that keeps costing lasts at most k more tokens
-    # (obsidian Focus Allocator, "Refocus fallback"). false = off.
-    refocus_fallback: bool = False
 
 
 @dataclass

@@ -161,8 +161,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         _positive(f"allocator.inference.{k}", getattr(al.inference, k))
     _positive("allocator.inference.edit_budget", al.inference.edit_budget, 0, " (0 = iterations * max_edits)")
     _positive("allocator.inference.branch_tail_tokens", al.inference.branch_tail_tokens)
-    for k in ("edge_first", "descend_first", "branch_siblings", "branch_unchanged", "token_anchor", "anchor_path",
-              "refocus_fallback"):
+    for k in ("edge_first", "descend_first", "branch_siblings", "branch_unchanged", "token_anchor", "anchor_path"):
         if not isinstance(getattr(al.inference, k), bool):
             _fail(f"allocator.inference.{k}", getattr(al.inference, k), "expected true or false")
     sides = al.inference.edge_sides
@@ -191,9 +190,6 @@ def validate(cfg: RunConfig) -> RunConfig:
     if rc and rc > al.inference.refocus_interval:
         _fail("allocator.inference.refocus_check", rc, f"must be at most allocator.inference.refocus_interval "
               f"({al.inference.refocus_interval}): a refocus is checked before the next one; use fewer tokens or 0 (off)")
-    if al.inference.refocus_fallback and not rc:
-        _fail("allocator.inference.refocus_fallback", True, "needs allocator.inference.refocus_check > 0 (it judges by "
-              "the check's k tokens); set refocus_check or refocus_fallback=false")
     if al.inference.branch_max_tokens and al.inference.branches < 2:
         _fail("allocator.inference.branch_max_tokens", al.inference.branch_max_tokens, "needs allocator.inference."
               "branches >= 2 (it says which sessions branch); set branches or use 0")

@@ -34,7 +34,7 @@ from mc.nets.losses import base_tail_loss, stage2_objective
 from mc.nets.positional import lod_rotary_cos_sin
 from mc.nets.token_index import match_args, session_match, training_match
 from mc.positions import base_positions
-from mc.layout_fit import check_fallback, check_refocus, tail_fit
+from mc.layout_fit import check_refocus, tail_fit
 from mc.refocus import run_refocus
 from mc.session import InferenceSession, RefocusRecord
 from mc.tree import gist_levels
@@ -227,12 +227,12 @@ class MCController:
 
     @torch.no_grad()
     def _extend(self, ids: Tensor, refocus: bool) -> None:
-        """:meth:`append` unchecked: ``generate``'s tokens are drawn from this model's logits (a check = a host sync)."""
+        """:meth:`append` after its input checks; ``generate`` calls it directly with the token its sampler drew
+        from this model's logits (inside the vocabulary by construction: the check would cost a host sync)."""
         s = self._require_session()
         s.extend(ids, self.base.embed(ids[None])[0])
-        if refocus:  # each only when due: a refocus's check (refocus_check), then the fallback (refocus_fallback)
+        if refocus and s.check_due():
             self.check_refocus()
-            check_fallback(self, emit=self.telemetry.emit)
         if refocus and s.tokens_since_refocus >= self.cfg.allocator.inference.refocus_interval:
             self.refocus()
 

@@ -22,7 +22,6 @@ from torch import Tensor
 
 from mc.inputs import finite_logits
 from mc.kv_cache import KVCache, slot_keys
-from mc.layout_fit import check_fallback
 from mc.nets.positional import lod_rotary_cos_sin, rotary_cos_sin, rotary_full
 from mc.positions import IncrementalBasePositions
 from mc.sampling import Sampler
@@ -162,8 +161,6 @@ class DecodeStats:
     refocus_log: list[dict] = field(default_factory=list)
     checks: list[bool] = field(default_factory=list)  # per refocus check (refocus_check): whether it undid the edits
     check_ms: list[float] = field(default_factory=list)  # per refocus check: its time (out of decode_s, as refocuses)
-    # per fallback (refocus_fallback) that weighed two layouts: whether the session fell back to the never-refocused one
-    fallbacks: list[bool] = field(default_factory=list)
 
 
 def decoder_for(ctrl, *, compile_mode: str | None = None) -> CachedDecoder:
@@ -188,8 +185,7 @@ def generate(ctrl, n: int, *, sampler: Sampler | None = None, use_cache: bool = 
     Each token is appended; every ``allocator.inference.refocus_interval`` tokens the allocator
     refocuses (``on_refocus`` sees the session before and after), and with ``allocator.inference.refocus_check = k``
     a refocus that made edits is checked k tokens later (:meth:`~mc.controller.MCController.check_refocus`; its
-    time counts as the refocus's), then with ``refocus_fallback`` the session's layout is weighed against the
-    never-refocused one every k tokens (:func:`mc.layout_fit.check_fallback`). Returns the ids ``[n]`` long.
+    time counts as the refocus's). Returns the ids ``[n]`` long.
     """
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise ValueError(f"generate: n must be an integer >= 0, got {n!r}")
@@ -226,12 +222,6 @@ def generate(ctrl, n: int, *, sampler: Sampler | None = None, use_cache: bool = 
             r0 = time.perf_counter()
             stats.checks.append(bool(ctrl.check_refocus()))
             stats.check_ms.append((time.perf_counter() - r0) * 1e3)
-            refocus_s += time.perf_counter() - r0
-        if s.fallback_due():  # allocator.inference.refocus_fallback: after the refocus's own check, as append does
-            r0 = time.perf_counter()
-            fell_back = check_fallback(ctrl, emit=ctrl.telemetry.emit)
-            if fell_back is not None:
-                stats.fallbacks.append(fell_back)
             refocus_s += time.perf_counter() - r0
         if s.tokens_since_refocus >= interval:
             if on_refocus is not None:

@@ -8,9 +8,7 @@
   tokens are in, their fit under the session's layout is weighed against their fit under that layout with the same
   appends replayed on it (:meth:`mc.session.InferenceSession.replay_layout`), and the better one stays. Every other
   rule judges a refocus before the text it serves arrives; this one judges it on that text (obsidian Focus Allocator,
-  "Refocus check");
-* :func:`check_fallback`: the fallback (``allocator.inference.refocus_fallback``): every k tokens the session's layout
-  against the one it would hold had it never refocused (obsidian Focus Allocator, "Refocus fallback").
+  "Refocus check").
 
 The forward runs through the controller's ``base_logits``; the lookahead's appends through its ``_extend``, so
 GistNet is still called only by the controller's helper.
@@ -67,34 +65,3 @@ def check_refocus(ctrl, *, force: bool = False, emit: Callable[[dict], None] | N
         emit({"kind": "refocus_check", "num_tokens": s.num_tokens, "tokens": n, "edits": len(c.record.edits),
               "fits": [kept_fit, no_edit_fit], "reverted": reverted})
     return reverted
-
-
-@torch.no_grad()
-def check_fallback(ctrl, *, emit: Callable[[dict], None] | None = None) -> bool | None:
-    """The fallback (``allocator.inference.refocus_fallback``), when due (``refocus_check`` tokens since the last):
-    the never-refocused layout, the appends replayed on it, replaces the session's when the base fits the newest k
-    tokens strictly better under it. Where the check judges one refocus against the layout before it, this judges
-    everything the session's refocuses left against no refocus at all, every k tokens, so a layout that keeps
-    costing does not outlive k more tokens. Returns whether the session fell back, None when not due or when the two
-    layouts are the same; a pending refocus check is dropped with its layout. ``s.fallback_log`` gets each one."""
-    s, k = ctrl._require_session(), ctrl.cfg.allocator.inference.refocus_check
-    u = s.unfocused
-    if u is None or u.tokens < k:
-        return None
-    u.wc, u.allocator = s.replay_layout(u.wc, u.allocator, u.chunks)
-    u.chunks = []
-    if u.wc.entries == s.wc.entries:
-        return None
-    held_fit, held = tail_fit(ctrl, k), (s.wc, s.allocator)
-    s.wc, s.allocator = u.wc.copy(), u.allocator.copy()  # the session's layout changes in place; the replayed one not
-    unfocused_fit = tail_fit(ctrl, k)
-    fell_back = unfocused_fit > held_fit  # a tie keeps the session's
-    if fell_back:
-        s.check = None
-    else:
-        s.wc, s.allocator = held
-    s.fallback_log.append({"num_tokens": s.num_tokens, "fits": [held_fit, unfocused_fit], "fell_back": fell_back})
-    if emit is not None:
-        emit({"kind": "refocus_fallback", "num_tokens": s.num_tokens, "tokens": k,
-              "fits": [held_fit, unfocused_fit], "fell_back": fell_back})
-    return fell_back

@@ -54,20 +54,6 @@ class PendingCheck:
         return sum(self.chunks)
 
 
-@dataclass
-class UnfocusedLayout:
-    """``allocator.inference.refocus_fallback``: the layout and allocator state the session would hold had it never
-    refocused, as of ``sum(chunks)`` tokens ago, and the sizes of the appends since, to replay on them."""
-
-    wc: WorkingContext
-    allocator: FocusAllocator
-    chunks: list[int] = field(default_factory=list)
-
-    @property
-    def tokens(self) -> int:
-        return sum(self.chunks)
-
-
 class InferenceSession:
     """A growing history (any length) viewed through a fixed-budget working context."""
 
@@ -84,8 +70,6 @@ class InferenceSession:
         self.refocus_log: list[RefocusRecord] = []
         self.index_keys = SessionKeys()  # LensNet's token-index keys, made once per token (mc.nets.token_index)
         self.check: PendingCheck | None = None  # the last refocus with edits, until checked (refocus_check)
-        self.unfocused: UnfocusedLayout | None = None  # the never-refocused layout (refocus_fallback)
-        self.fallback_log: list[dict] = []  # per fallback check: num_tokens, fits (held, unfocused), fell_back
 
     @property
     def num_tokens(self) -> int:
@@ -117,7 +101,7 @@ class InferenceSession:
         # Checked before anything changes: the depth this history needs (ValueError past capacity).
         depth = layout_depth(total, block_size=mc.block_size, min_lod=self.tree.max_lod,
                              max_entries=mc.max_entries, recent_tokens=mc.recent_tokens, room=mc.focus_room)
-        tree_mark, fresh = self.tree.mark(), self.wc is None
+        tree_mark = self.tree.mark()
         try:
             self.tree.append(token_ids, token_embeds)
             while self.tree.max_lod < depth:
@@ -130,10 +114,6 @@ class InferenceSession:
         self.tokens_since_refocus += n
         if self.check is not None:
             self.check.chunks.append(n)
-        if self.unfocused is not None:
-            self.unfocused.chunks.append(n)
-        elif fresh and self.cfg.allocator.inference.refocus_fallback:  # every later layout starts from this one
-            self.unfocused = UnfocusedLayout(wc.copy(), allocator.copy())
 
     def _layout_append(self, wc: WorkingContext | None, allocator: FocusAllocator, total: int, n: int,
                        depth: int) -> tuple[WorkingContext, FocusAllocator]:
@@ -171,11 +151,6 @@ class InferenceSession:
             wc, allocator = self._layout_append(wc, allocator, total, n, depth)
         return wc, allocator
 
-    def fallback_due(self) -> bool:
-        """Whether ``allocator.inference.refocus_check`` tokens came since the never-refocused layout was last weighed
-        (``refocus_fallback``)."""
-        return self.unfocused is not None and self.unfocused.tokens >= self.cfg.allocator.inference.refocus_check
-
     def check_due(self) -> bool:
         """Whether a refocus with edits waits for its check and ``allocator.inference.refocus_check`` tokens are in."""
         return self.check is not None and self.check.tokens >= self.cfg.allocator.inference.refocus_check
@@ -187,13 +162,11 @@ class InferenceSession:
         same start without gisting the whole history again (most of the sweep's time before)."""
         wc = None if self.wc is None else self.wc.copy()
         check = None if self.check is None else replace(self.check, chunks=list(self.check.chunks))
-        unfocused = None if self.unfocused is None else replace(self.unfocused, chunks=list(self.unfocused.chunks))
-        return (self.tree.mark(), wc, self.allocator.copy(), self.tokens_since_refocus, len(self.refocus_log), check,
-                unfocused, len(self.fallback_log))
+        return self.tree.mark(), wc, self.allocator.copy(), self.tokens_since_refocus, len(self.refocus_log), check
 
     def restore(self, snap: tuple) -> None:
         """Return to the state :meth:`snapshot` recorded; the snapshot stays valid for another restore."""
-        mark, wc, allocator, tokens_since_refocus, n_log, check, unfocused, n_fallbacks = snap
+        mark, wc, allocator, tokens_since_refocus, n_log, check = snap
         self.tree.rollback(mark)
         self.wc = None if wc is None else wc.copy()
         self.allocator = allocator.copy()
@@ -201,8 +174,6 @@ class InferenceSession:
         del self.refocus_log[n_log:]
         # the pending check's layout is never changed in place (replay_layout copies): shared; its chunks are not
         self.check = None if check is None else replace(check, chunks=list(check.chunks))
-        self.unfocused = None if unfocused is None else replace(unfocused, chunks=list(unfocused.chunks))
-        del self.fallback_log[n_fallbacks:]
 
     def materialize(self) -> MaterializedWC:
         if self.wc is None:

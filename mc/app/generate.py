@@ -160,8 +160,7 @@ def generate_text(ctrl, tokenizer, text: str, max_new_tokens: int, *, temperatur
     Prompt speed = the prompt's tokens over the time to stream them into the session plus the first
     base-model pass over the working context (the cache prefill). Decode speed = generated tokens
     over the decode loop's time, refocuses excluded (``refocus_ms`` has them, cache rebuild included), and refocus
-    checks (``allocator.inference.refocus_check``: ``check_ms``, and ``refocus_checks``, whether each undid its refocus)
-    and fallbacks (``refocus_fallback``: ``refocus_fallbacks``, whether each went back to the never-refocused layout).
+    checks (``allocator.inference.refocus_check``: ``check_ms``, and ``refocus_checks``, whether each undid its refocus).
     With any inference call compiled (``compile.decode``, ``compile.gistnet.inference``,
     ``compile.lensnet.inference``), a throwaway session over the same prompt decodes ``mc.block_size + 1`` tokens
     and refocuses first (the prefill, the one-entry step, a one-block gist, LensNet), timed apart as ``warmup_s``, so
@@ -213,7 +212,7 @@ def generate_text(ctrl, tokenizer, text: str, max_new_tokens: int, *, temperatur
             "prompt_tokens_per_s": ids.numel() / max(prompt_s, 1e-9),
             "decode_tokens_per_s": max_new_tokens / max(stats.decode_s, 1e-9),
             "refocus_ms": stats.refocus_ms, "refocus_log": stats.refocus_log, "kv_cache": use_cache,
-            "refocus_checks": stats.checks, "check_ms": stats.check_ms, "refocus_fallbacks": stats.fallbacks,
+            "refocus_checks": stats.checks, "check_ms": stats.check_ms,
             "compile": {"decode": comp.decode if use_cache else "off", "gistnet": comp.gistnet.inference,
                         "lensnet": comp.lensnet.inference}, "warmup_s": warmup_s,
             "temperature": temperature, "top_k": top_k, "seed": seed}

@@ -41,18 +41,12 @@ def session_note(settings: dict, per_doc: list[dict] = ()) -> str:
             f"LensNet at their start and after every {every} tokens as `generate` does, `random` refocused at the "
             "same moments with as many edits from random scores, `compressed` never refocused; `recency` / `full` "
             "a sliding window.")
-    inf = (settings.get("refocus") or {}).get("inference") or {}
-    k = inf.get("refocus_check", 0)
+    k = ((settings.get("refocus") or {}).get("inference") or {}).get("refocus_check", 0)
     if k:
         checks = [d["session_checks"] for d in per_doc if d.get("session_checks")]
         line += (f" `focused` checked each refocus that made edits {k} tokens later and undid it where the layout "
                  f"without its edits fit those tokens better: {sum(c['undone'] for c in checks)} of "
-                 f"{sum(c['checked'] for c in checks)} undone")
-        if inf.get("refocus_fallback"):
-            line += (f"; every {k} tokens its layout was weighed against the never-refocused one and replaced by it "
-                     f"where that fit those tokens better: {sum(c.get('fell_back', 0) for c in checks)} of "
-                     f"{sum(c.get('fallbacks', 0) for c in checks)} times")
-        line += " (`random`'s edits are not checked)."
+                 f"{sum(c['checked'] for c in checks)} undone (`random`'s edits are not checked).")
     return line
 
 

@@ -31,10 +31,8 @@ def session_losses(ctrl: MCController, cfg: RunConfig, ids: Tensor, name: str) -
 
     Returns ``{"values": {variant: mean loss}, "edits": {"focused": [...], "random": [...]}, "checks": {...}}``,
     the edits of every refocus in order, the one at the prefix's end first, and how many of the focused session's
-    refocuses were checked and undone (``allocator.inference.refocus_check``; 0 and 0 when off), and with
-    ``refocus_fallback`` how many times its layout was weighed against the never-refocused one and how many times it
-    fell back. The random control makes its edits unchecked (no check, no fallback): it stands for the refocus's
-    proposals, at the same moments and counts."""
+    refocuses were checked and undone (``allocator.inference.refocus_check``; 0 and 0 when off). The random control
+    makes its edits unchecked: it stands for the refocus's proposals, at the same moments and counts."""
     S, every = cfg.eval.session_tail, cfg.allocator.inference.refocus_interval
     prefix, tail = ids[:-S], ids[-S:]
     prefix_session(ctrl, prefix, focus=Focus("none"))
@@ -42,16 +40,14 @@ def session_losses(ctrl: MCController, cfg: RunConfig, ids: Tensor, name: str) -
     _, _, first = prefix_session(ctrl, prefix, focus=Focus("lensnet"))
     focused, later = wc_session_loss(ctrl, tail, every=every, refocus=lambda: len(ctrl.refocus().edits))
     undone = [r.reverted for r in ctrl.session.refocus_log if r.check_fits]  # allocator.inference.refocus_check
-    fell_back = [f["fell_back"] for f in ctrl.session.fallback_log]  # allocator.inference.refocus_fallback
     rnd = random_focus_for(cfg, name, first)
     _, _, r_first = prefix_session(ctrl, prefix, focus=rnd)
     counts = iter(later)  # the random control's k-th refocus makes as many edits as the focused session's k-th
-    random, r_later = wc_session_loss(ctrl, tail, every=every, checks=False,
+    random, r_later = wc_session_loss(ctrl, tail, every=every,
                                       refocus=lambda: random_refocus(ctrl, next(counts), rnd.generator))
     base, B = ctrl.base, cfg.mc.max_entries
     values = {"full": lod0_stream_loss(base, ids, window=cfg.model.max_seq_len, tail=S),
               "recency": lod0_stream_loss(base, ids, window=B, tail=S),
               "compressed": compressed, "focused": focused, "random": random}
     return {"values": values, "edits": {"focused": [first, *later], "random": [r_first, *r_later]},
-            "checks": {"checked": len(undone), "undone": sum(undone),
-                       "fallbacks": len(fell_back), "fell_back": sum(fell_back)}}
+            "checks": {"checked": len(undone), "undone": sum(undone)}}

@@ -22,7 +22,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from mc.layout_fit import check_fallback
 from mc.positions import base_positions_list
 
 
@@ -100,15 +99,14 @@ def wc_stream_loss(ctrl, tail_ids: Tensor) -> float:
 
 
 @torch.no_grad()
-def wc_session_loss(ctrl, tail_ids: Tensor, *, every: int = 0, refocus: Callable[[], int] | None = None,
-                    checks: bool = True) -> tuple[float, list[int]]:
+def wc_session_loss(ctrl, tail_ids: Tensor, *, every: int = 0,
+                    refocus: Callable[[], int] | None = None) -> tuple[float, list[int]]:
     """:func:`wc_stream_loss` with the refocuses a decoding session makes on schedule: after every ``every``
     appended tail tokens (not after the last) ``refocus()`` runs on the session, as
     :func:`mc.decode.generate` refocuses every ``allocator.inference.refocus_interval`` tokens, and the tokens
     after it are read under the layout it leaves; with ``allocator.inference.refocus_check`` the controller's check
-    of a refocus runs when due, then with ``refocus_fallback`` the fallback, as in ``generate`` (``checks=False``:
-    neither, for a control whose edits stand unjudged). Returns the mean loss and the edits each refocus made (its
-    return value), in order. ``every = 0``: no refocus (``refocus`` is then not called), no check.
+    of a refocus runs when due, as in ``generate``. Returns the mean loss and the edits each refocus made (its
+    return value), in order. ``every = 0``: no refocus (``refocus`` is then not called).
     """
     s = ctrl.session
     if s is None or s.wc is None:
@@ -133,12 +131,9 @@ def wc_session_loss(ctrl, tail_ids: Tensor, *, every: int = 0, refocus: Callable
             losses.append(_segment_losses(ctrl, tail_ids[start: i + 1], i - start))
             ctrl.append(tok, refocus=False)
             start = i + 1
-        if checks and every and i + 1 < n and s.check_due():  # a refocus check (refocus_check) may undo its edits
+        if every and i + 1 < n and s.check_due():  # a refocus check (refocus_check) may undo its edits
             read_up_to(i + 1)
             ctrl.check_refocus()
-        if checks and every and i + 1 < n and s.fallback_due():  # the fallback (refocus_fallback) may drop them all
-            read_up_to(i + 1)
-            check_fallback(ctrl, emit=ctrl.telemetry.emit)
         if every and (i + 1) % every == 0 and i + 1 < n:  # the scheduled refocus: read what came before it first
             read_up_to(i + 1)
             edits.append(int(refocus()))

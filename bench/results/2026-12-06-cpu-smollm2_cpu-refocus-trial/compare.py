@@ -3,7 +3,8 @@
     python bench/results/2026-12-06-cpu-smollm2_cpu-refocus-trial/compare.py NEW_JSON CHECK_JSON MODE
 
 CHECK_JSON: ``../2026-12-06-cpu-smollm2_cpu-refocus-check/probe-<run>-draw<draw>.json`` (refocus_check 16, no trial or
-fallback: the preset before). Matches documents by name and source, requires the same ``compressed`` session loss,
+fallback: the preset before), or an evaluation's ``eval.json`` whose preset had the check (its session read's
+``focused``; seed 5's ``run-ck_s5/eval.json`` there). Matches documents by name and source, requires the same ``compressed`` session loss,
 and prints per source: focused - compressed with the check alone and with MODE, and MODE - check, each a paired 95%
 interval over the documents.
 """
@@ -15,7 +16,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository r
 from mc.eval.stats import paired_diff_ci  # noqa: E402
 
 new, old, mode = json.loads(Path(sys.argv[1]).read_text()), json.loads(Path(sys.argv[2]).read_text()), sys.argv[3]
-before = {(r["name"], r["source"]): r for r in old["rows"]}
+if "per_doc" in old:  # an evaluation: its session read, refocus_check 16
+    before = {(r["doc"], r["source"]): {"compressed": r["values"][f"{r['source']}_session_loss"]["compressed"],
+                                        "16": {"loss": r["values"][f"{r['source']}_session_loss"]["focused"]}}
+              for r in old["per_doc"]}
+else:
+    before = {(r["name"], r["source"]): r for r in old["rows"]}
 print(f"{Path(sys.argv[1]).name} ({mode}) against {Path(sys.argv[2]).name} (refocus_check 16)")
 
 

@@ -3,7 +3,8 @@ refocus check leaves?
 
     python bench/results/2026-12-06-cpu-smollm2_cpu-refocus-trial/trial_probe.py RUN_DIR DRAW N_DOCS MODE [MODE ...]
 
-The trial modes need commit b8c52c6 (the trial was dropped after this probe); the others run at any later commit.
+Neither rule was kept: the trial modes run at commit b8c52c6, the fallback at b8c52c6 or 8e3b55d, ``none`` and
+``check`` at any later commit (see the README).
 MODE: ``none`` (k = 0: never checked), ``check`` (refocus_check 16, the preset before), ``trial`` (check 16 and the
 scheduled refocuses as trials), ``fallback`` (check 16 and the fallback to the never-refocused layout every 16
 tokens), ``trial_fallback`` (both). Reads each evaluation document's last 128 tokens as mc.eval.session_read does
@@ -36,8 +37,8 @@ cfg = from_dict(RunConfig, json.loads((run_dir / "config.json").read_text()))
 cfg = apply_overrides(cfg, [f"eval.draw_seed={draw}", "eval.session_tail=128"])
 for m in modes:  # each mode passes the start-up check
     k, trial, fallback = MODES[m]
-    over = [f"allocator.inference.refocus_check={k}", f"allocator.inference.refocus_fallback={str(fallback).lower()}"]
-    validate(apply_overrides(cfg, over + (["allocator.inference.refocus_trial=true"] if trial else [])))
+    over = [f"allocator.inference.refocus_check={k}"] + (["allocator.inference.refocus_trial=true"] if trial else [])
+    validate(apply_overrides(cfg, over + (["allocator.inference.refocus_fallback=true"] if fallback else [])))
 ecfg = _eval_config(cfg)
 ctrl = load_trained_controller(ecfg, run_dir, device=torch.device("cpu"))
 docs = corpus_eval_docs(cfg, n_docs, cfg.eval.doc_tokens)[0] + recall_eval_docs(cfg, n_docs, cfg.eval.doc_tokens)
@@ -71,10 +72,12 @@ for d in docs:
     row = {"name": d.name, "source": d.source, "compressed": comp_mean, "compressed_tok": comp}
     for m in modes:
         inf = ctrl.cfg.allocator.inference  # the session reads the controller's config
-        k, trial, inf.refocus_fallback = MODES[m]
+        k, trial, fallback = MODES[m]
         inf.refocus_check = k
         if trial or hasattr(inf, "refocus_trial"):  # the trial's code is only in b8c52c6 (see the README)
             inf.refocus_trial = trial
+        if fallback or hasattr(inf, "refocus_fallback"):  # the fallback's in b8c52c6 and 8e3b55d
+            inf.refocus_fallback = fallback
         _, _, first = prefix_session(ctrl, prefix, focus=Focus("lensnet"))
         scheduled = (lambda: ctrl.refocus(scheduled=True)) if trial else ctrl.refocus
         tok, mean = read(lambda: streamed.wc_session_loss(
@@ -85,8 +88,8 @@ for d in docs:
                   "undone": sum(1 for r in log if r.check_fits and not getattr(r, "trial", False) and r.reverted),
                   "trials": sum(1 for r in log if r.check_fits and getattr(r, "trial", False)),
                   "taken": sum(1 for r in log if r.check_fits and getattr(r, "trial", False) and not r.reverted),
-                  "fallbacks": len(ctrl.session.fallback_log),
-                  "fell_back": sum(f["fell_back"] for f in ctrl.session.fallback_log)}
+                  "fallbacks": len(getattr(ctrl.session, "fallback_log", [])),
+                  "fell_back": sum(f["fell_back"] for f in getattr(ctrl.session, "fallback_log", []))}
     rows.append(row)
     print(d.name, d.source, round(comp_mean, 3), {m: round(row[m]["loss"] - comp_mean, 3) for m in modes}, flush=True)
 print(f"{time.time() - t0:.0f} s")
