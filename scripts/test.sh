@@ -17,5 +17,8 @@ workers="${MC_TEST_WORKERS:-$("$py" -c 'import os; print(len(os.sched_getaffinit
 par=()
 if [ "$workers" -gt 1 ] && [[ " $* " != *" -n "* ]] && "$py" -c "import xdist" 2>/dev/null; then
   par=(-n "$workers" --dist loadfile)
+  # files in collection order, the slowest first (tests/conftest.py), not by test count (xdist >= 3.7 has the flag)
+  "$py" -c "import inspect, xdist.plugin as p; assert '--no-loadscope-reorder' in inspect.getsource(p)" 2>/dev/null \
+    && par+=(--no-loadscope-reorder)
 fi
 exec "$py" -m pytest -q "${par[@]}" "$@"
