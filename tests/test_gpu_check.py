@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,8 +21,11 @@ from mc.app.gpu_report import write_report
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _kit(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+def _kit(*args: str, timeout: float = 600, tmp: Path | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, MC_PYTHON=sys.executable, OMP_NUM_THREADS="1")
+    if tmp is not None:  # the kit's scratch folder is made here, so a test sees what it leaves behind
+        tmp.mkdir(parents=True, exist_ok=True)
+        env["TMPDIR"] = str(tmp)
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(ROOT / ".cache" / "inductor"))
     return subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
@@ -30,8 +34,9 @@ def _kit(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_gpu_check_dry_run_runs_every_part_and_writes_the_report(tmp_path):
     out = tmp_path / "kit"
-    proc = _kit("--dry-run", "--out", str(out), "--bench-cases", "lensnet")
+    proc = _kit("--dry-run", "--out", str(out), "--bench-cases", "lensnet", tmp=tmp_path / "tmp")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
+    assert not list((tmp_path / "tmp").glob("mc-gpu-check-scratch-*"))  # every part passed: no scratch left in /tmp
     parts = {p.stem: json.loads(p.read_text()) for p in (out / "parts").glob("*.json")}
     assert set(parts) == {"tests", "sync", "harness", "bench", "workflow", "overlap"}
     assert parts["tests"]["status"] == "n/a (no CUDA)" and parts["tests"]["figures"].get("skipped", 0) >= 1
@@ -74,8 +79,9 @@ def test_smollm2_part_dry_run_trains_and_answers_the_task_suite(tmp_path):
     for mod in ("transformers", "gguf", "accelerate"):
         pytest.importorskip(mod, reason="model=smollm2 needs the hf and gguf extras (scripts/setup_env.sh installs them)")
     out = tmp_path / "kit"
-    proc = _kit("--dry-run", "--part", "smollm2", "--out", str(out), timeout=600)
+    proc = _kit("--dry-run", "--part", "smollm2", "--out", str(out), timeout=600, tmp=tmp_path / "tmp")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert not list((tmp_path / "tmp").glob("mc-gpu-check-scratch-*"))  # its trained run folder went with it
     part = json.loads((out / "parts" / "smollm2.json").read_text())
     assert part["status"] == "pass", part.get("log_tail")
     fig = part["figures"]
@@ -85,6 +91,21 @@ def test_smollm2_part_dry_run_trains_and_answers_the_task_suite(tmp_path):
     assert set(fig["decode_tok_s"]) == {"kv_cache", "no_kv_cache"} and all(v > 0 for v in fig["decode_tok_s"].values())
     md = next(out.glob("*-cpu-dry-run.md")).read_text()
     assert "## smollm2: pass" in md and "tasks_mean_over_depths" in md
+
+
+def test_kit_removes_its_scratch_unless_a_part_failed(tmp_path, monkeypatch, capsys):
+    """The scratch folder (the dry run's trained runs, the bench and generate records) is removed after a kit whose
+    parts all passed, and kept, its path printed, after one that failed: what is in it says why."""
+    from mc.app.gpu_check import Kit
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    kit = Kit(True, tmp_path / "out", 60.0, {})
+    (kit.scratch / "runs").mkdir()
+    kit.finish(["bench"])
+    assert (kit.scratch / "runs").is_dir() and str(kit.scratch) in capsys.readouterr().out
+    kit.finish([])
+    assert not kit.scratch.exists()
+    assert not list(tmp_path.glob("mc-gpu-check-scratch-*"))
 
 
 def test_report_of_one_part_says_the_other_targets_were_not_run():

@@ -152,6 +152,15 @@ class Kit:
                               PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
         self.child_env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(ROOT / ".cache" / "inductor"))
 
+    def finish(self, failed: Sequence[str]) -> None:
+        """Remove the scratch folder (the parts' logs and figures are in OUT already), unless a part failed: then
+        its intermediate files (the dry run's trained run folders, the bench and generate records) are what one
+        reads to see why, so the folder stays and its path is printed."""
+        if failed:
+            print(f"[gpu-check] scratch kept for the failed part(s) {', '.join(failed)}: {self.scratch}", flush=True)
+        else:
+            shutil.rmtree(self.scratch, ignore_errors=True)  # temp files only: a leftover is no failure of the kit
+
     def py(self, *args: str) -> list[str]:
         return [sys.executable, *args]
 
@@ -337,11 +346,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not a.report_only:
         kit = Kit(a.dry_run, out, a.budget_min * 60, caps, a.bench_cases)
         if not a.dry_run and not kit.env_info["cuda_available"]:
+            kit.finish([])
             print("gpu_check: error: torch sees no CUDA device here; run on a GPU machine, or use --dry-run", file=sys.stderr)
             return 2
-        for part in parts:
-            kit.run_part(part)
-            write_report(out)
+        statuses = {}
+        try:
+            for part in parts:
+                statuses[part] = str(kit.run_part(part)["status"])
+                write_report(out)
+        finally:  # an interrupted kit keeps its scratch too: the part it stopped in has no status
+            kit.finish([p for p in parts if not statuses.get(p, "").startswith(("pass", "n/a"))])
     paths = write_report(out)
     if paths is None:
         print(f"gpu_check: error: no part results in {out / 'parts'}", file=sys.stderr)
