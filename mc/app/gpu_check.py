@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from mc.app.gpu_report import write_report
+from mc.app.gpu_report import part_ok, write_report
 from mc.io import write_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -355,13 +355,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 statuses[part] = str(kit.run_part(part)["status"])
                 write_report(out)
         finally:  # an interrupted kit keeps its scratch too: the part it stopped in has no status
-            kit.finish([p for p in parts if not statuses.get(p, "").startswith(("pass", "n/a"))])
+            kit.finish([p for p in parts if not part_ok(statuses.get(p, ""))])
     paths = write_report(out)
     if paths is None:
         print(f"gpu_check: error: no part results in {out / 'parts'}", file=sys.stderr)
         return 2
     failed = [json.loads(f.read_text())["part"] for f in sorted((out / "parts").glob("*.json"))
-              if not str(json.loads(f.read_text())["status"]).startswith(("pass", "n/a"))]
+              if not part_ok(json.loads(f.read_text())["status"])]
     print(f"[gpu-check] report: {paths[0]} and {paths[1].name}" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
 

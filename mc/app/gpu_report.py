@@ -25,6 +25,11 @@ TARGET_PARTS = (("bench",), ("harness", "sync"), ("harness",), ("harness",), ("h
                 ("sync",), ("overlap",), ("smollm2",), ("smollm2",), ("smollm2",))
 
 
+def part_ok(status) -> bool:
+    """Whether a part's status counts as passed: ``pass...``, or ``n/a ...`` (a check this machine cannot make)."""
+    return str(status).startswith(("pass", "n/a"))
+
+
 def _check(parts: dict, name: str) -> dict:
     return ((parts.get("harness") or {}).get("figures") or {}).get("checks", {}).get(name) or {}
 
@@ -134,7 +139,7 @@ def _markdown(rep: dict) -> str:
             fig = {k: v for k, v in fig.items() if k != "checks"}
         for k, v in fig.items():
             lines.append(f"- {k}: {_fmt(v) if not isinstance(v, list) else json.dumps(v, default=str)}")
-        if not str(part["status"]).startswith(("pass", "n/a")) and part.get("log_tail"):
+        if not part_ok(part["status"]) and part.get("log_tail"):
             lines += ["", "```", *part["log_tail"][-30:], "```"]
     return "\n".join(lines) + "\n"
 
