@@ -186,6 +186,31 @@ def test_report_says_when_the_base_itself_cannot_recall(tmp_path, full_acc, nll,
         assert expect in text
 
 
+def test_report_does_not_blame_the_copy_when_full_saw_only_the_documents_end(tmp_path):
+    """Documents longer than the base's window: `full` reads only their last max_seq_len tokens, so its recall near
+    chance says where the record was, not that the base cannot copy; the report says that instead of the warning,
+    and does not repeat it above the long-range sweep."""
+    ev = _eval_json()
+    ev["settings"].update(doc_tokens=2048, max_seq_len=128)
+    ev["metrics"]["recall_accuracy"]["full"]["mean"] = 0.0
+    ev["metrics"]["recall_answer_nll"] = {"full": {"mean": 3.7, "lo": 3.6, "hi": 3.8, "n": 4, "method": "normal"}}
+    ev["long_range"] = {"base_window": 128, "budget": 72, "lengths": [512], "draw_seed": 1, "depths": [0.5],
+                        "tasks": ["passkey"], "variants": ["focused"], "compression": {"512": 7.1},
+                        "cells": [{"task": "passkey", "length": 512, "multiple": 4, "depth": 0.5, "variant": "focused",
+                                   "accuracy": 1.0, "lo": 0.5, "hi": 1.0, "n": 4}]}
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "eval.json").write_text(json.dumps(ev))
+    text = write_report(RunConfig(), tmp_path).read_text()
+    assert "did not learn the recall copy" not in text and "NOTE: the base recalls only" not in text
+    assert text.count("NOTE: `full` reads only the last 128 of each document's 2048 tokens") == 1
+    assert "### Long-range sweep" in text
+    ev["settings"]["doc_tokens"] = 128  # the same numbers with the whole document in view: the copy failed
+    (tmp_path / "eval" / "eval.json").write_text(json.dumps(ev))
+    text = write_report(RunConfig(), tmp_path).read_text()
+    assert text.count("WARNING: the base did not learn the recall copy") == 2  # the table's, and the sweep's
+    assert "NOTE: `full` reads only" not in text
+
+
 @pytest.mark.parametrize("gate, expect", [
     ({"target": 0.1, "met": True, "step": 1600, "val_query_loss": 0.05},
      "Copy gate met at step 1600: validation query loss 0.0500, target 0.1"),

@@ -1,6 +1,6 @@
 """The run report's evaluation section (``eval/eval.json``): the variants, a table of every metric with its 95%
 interval (edits per refocus beside the focused and random numbers), paired differences, recall examples, the
-warnings a reader needs (focus did nothing, the base never learned the copy), then the long-range sweep, the task
+warnings a reader needs (focus did nothing, the base never learned the copy, `full` cut to the base's window), then the long-range sweep, the task
 suite and the LOD maps.
 
 Owns :func:`evaluation_section`, which :mod:`mc.app.report` calls with its report builder (``rep.add``,
@@ -68,12 +68,25 @@ def _edits_per_refocus(per_doc: list[dict]) -> dict[str, dict[str, float]]:
     return out
 
 
-def base_copy_warning(metrics: dict) -> str | None:
+def full_is_truncated(settings: dict) -> bool:
+    """True when the evaluation's documents are longer than the base's window, so ``full`` read only their end."""
+    n, window = settings.get("doc_tokens"), settings.get("max_seq_len")
+    return bool(n and window and n > window)
+
+
+def base_copy_warning(metrics: dict, settings: dict | None = None) -> str | None:
     """A line for the report when the base itself cannot answer the recall question with the whole document in
-    view (then every variant's recall is ~0 because of the base, not of focus), else None."""
+    view (then every variant's recall is ~0 because of the base, not of focus), else None. Documents longer than
+    the base's window (``settings``' doc_tokens > max_seq_len) never had the whole document in ``full``'s view: a
+    low ``full`` recall there says where the record was, not that the copy failed, and the line says so instead."""
     full = ((metrics.get("recall_accuracy") or {}).get("full") or {}).get("mean")
     if full is None or full >= WEAK_COPY:
         return None
+    if full_is_truncated(settings or {}):
+        return (f"**NOTE: `full` reads only the last {settings['max_seq_len']} of each document's "
+                f"{settings['doc_tokens']} tokens** (the base's window), so its recall ({full:.0%}) is no measure of the "
+                "base's own copy: these recall columns have no whole-document reference. An evaluation with "
+                "eval.doc_tokens <= model.max_seq_len (the preset's own) has one.")
     nll = ((metrics.get("recall_answer_nll") or {}).get("full") or {}).get("mean")
     if nll is not None and nll >= CHANCE_NLL:
         return (f"**WARNING: the base did not learn the recall copy**: with the whole document in view it recalls "
@@ -128,7 +141,7 @@ def evaluation_section(rep) -> None:
                 cell += f" ({per_task[task][v]:.1f} edits/refocus)"
             cells.append(cell)
         rep.add(f"| {v} | " + " | ".join(cells) + " |")
-    warning = base_copy_warning(metrics)
+    warning = base_copy_warning(metrics, s)
     if warning:
         rep.add("", warning)
     ci = ev.get("ci", {})
@@ -168,7 +181,7 @@ def evaluation_section(rep) -> None:
             rep.add(f"| {d.get('doc')} | `{p.get('answer')}` | " + " | ".join(f"`{p.get(v, '')}`" for v in VARIANT_ORDER) + " |")
         rep.add("")
     rep.add(*([record_rank_line(ev["record_rank"]), ""] if ev.get("record_rank") else []))
-    long_range_section(rep, ev.get("long_range") or {}, warning)
+    long_range_section(rep, ev.get("long_range") or {}, None if full_is_truncated(s) else warning)
     from mc.eval.task_suite import to_markdown  # noqa: PLC0415 - the suite renders its own tables
     rep.add(*(["### Task suite", "", to_markdown(ev["tasks"])] if ev.get("tasks") else []))
     maps = ev.get("lod_maps", [])
