@@ -1,7 +1,7 @@
 """The run report's evaluation section (``eval/eval.json``): the variants, a table of every metric with its 95%
 interval (edits per refocus beside the focused and random numbers), paired differences, recall examples, the
-warnings a reader needs (focus did nothing, the base never learned the copy, `full` cut to the base's window), then the long-range sweep, the task
-suite and the LOD maps.
+warnings a reader needs (focus did nothing, the base never learned the copy, ``full`` cut to the base's window),
+then the long-range sweep, the task suite and the LOD maps.
 
 Owns :func:`evaluation_section`, which :mod:`mc.app.report` calls with its report builder (``rep.add``,
 ``rep.plot``, ``rep.section_json``), and :func:`base_copy_warning`.
