@@ -66,6 +66,11 @@ class AllocatorInferenceConfig:
     # undone after k tokens instead of lasting. Costs two base forwards and k layout appends (no net call) per
     # refocus with edits (obsidian Focus Allocator, "Refocus check"). < mc.recent_tokens, <= refocus_interval; 0 = off.
     refocus_check: int = 0
+    # m > 0 nats, with branch_unchanged: a refocus a session makes on its own schedule (every refocus_interval tokens
+    # appended or generated, after its first; not the first, at the prompt's end, nor one called directly, e.g. at a
+    # question) keeps the unchanged layout unless a path fits the newest tokens (and lookahead) better by at least m
+    # nats (obsidian Focus Allocator, "Scheduled margin"). 0 = off: the unchanged layout wins by any better fit.
+    scheduled_margin: float = 0.0
 
 
 @dataclass

@@ -40,9 +40,10 @@ def test_long_corpus_is_long_with_harder_documents():
                "templates": ["{k}={v}", "{k}: {v}", "{k} -> {v}", "set {k} to {v}", *["{k}{s}{v}"] * 4]}
     assert {k: hard["data"]["recall"][k] for k in changed} == changed
     picked = {"branch_lookahead": 3, "branch_margin": 0.0, "edge_sides": 3, "edit_budget": 12, "branch_max_tokens": 1536,
-              "token_anchor": True, "anchor_path": True, "suffix_guard": 3, "refocus_check": 15}
+              "token_anchor": True, "anchor_path": True, "suffix_guard": 3, "refocus_check": 15,
+              "scheduled_margin": 1.0}
     assert {k: hard["allocator"]["inference"][k] for k in picked} == picked
-    assert long["allocator"]["inference"]["refocus_check"] == 0
+    assert long["allocator"]["inference"]["refocus_check"] == 0 and long["allocator"]["inference"]["scheduled_margin"] == 0
     read = {"budget": 112, "multiples": [4, 16, 32, 64, 128, 256]}
     assert {k: hard["eval"]["long_range"][k] for k in read} == read and hard["mc"]["focus_room"] == 32
     assert hard["lensnet"]["token_index"] == 32 and long["lensnet"]["token_index"] == 0

@@ -29,9 +29,11 @@ BASELINE_ARM = "all rules"
 DEFAULT_ARMS: dict[str, list[str]] = {
     "one branch": ["allocator.inference.branches=1", "allocator.inference.branch_siblings=false",
                    "allocator.inference.branch_unchanged=false", "allocator.inference.anchor_path=false",
-                   "allocator.inference.branch_max_tokens=0", "allocator.inference.branch_lookahead=0"],
+                   "allocator.inference.branch_max_tokens=0", "allocator.inference.branch_lookahead=0",
+                   "allocator.inference.scheduled_margin=0.0"],
     "no sibling branches": ["allocator.inference.branch_siblings=false"],
-    "no unchanged branch": ["allocator.inference.branch_unchanged=false", "allocator.inference.anchor_path=false"],
+    "no unchanged branch": ["allocator.inference.branch_unchanged=false", "allocator.inference.anchor_path=false",
+                            "allocator.inference.scheduled_margin=0.0"],
     "branch margin 0": ["allocator.inference.branch_margin=0.0"],
     "no edge first": ["allocator.inference.edge_first=false"],
     "no descend first": ["allocator.inference.descend_first=false", "allocator.inference.branch_siblings=false"],

@@ -38,7 +38,7 @@ def session_losses(ctrl: MCController, cfg: RunConfig, ids: Tensor, name: str) -
     prefix_session(ctrl, prefix, focus=Focus("none"))
     compressed, _ = wc_session_loss(ctrl, tail)
     _, _, first = prefix_session(ctrl, prefix, focus=Focus("lensnet"))
-    focused, later = wc_session_loss(ctrl, tail, every=every, refocus=lambda: len(ctrl.refocus().edits))
+    focused, later = wc_session_loss(ctrl, tail, every=every, refocus=lambda: len(ctrl.refocus(scheduled=True).edits))
     undone = [r.reverted for r in ctrl.session.refocus_log if r.check_fits]  # allocator.inference.refocus_check
     rnd = random_focus_for(cfg, name, first)
     _, _, r_first = prefix_session(ctrl, prefix, focus=rnd)

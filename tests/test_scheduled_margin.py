@@ -1,0 +1,107 @@
+"""Scheduled margin (``allocator.inference.scheduled_margin``): in a refocus a session makes on its own schedule the
+unchanged layout is kept unless a path fits the newest tokens better by the margin; a refocus called at a question
+keeps the plain rule. Tiny controller of ``tests/test_suffix_guard.py`` (K=4, full working context, a branched
+search whose fits are scripted), and who passes ``scheduled``: ``append``, ``generate`` and the session read."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from _tiny_config import SCENARIO, TINY
+from mc import controller as controller_module
+from mc.build import build_controller
+from mc.config import ConfigError
+from mc.config_loading import load_config
+from mc.eval import session_read
+
+BRANCHED = ["allocator.expand_top=1", "allocator.trade_margin_z=0.0", "allocator.inference.iterations=4",
+            "allocator.inference.max_edits=2", "allocator.inference.edit_budget=6", "allocator.inference.branches=3",
+            "allocator.inference.branch_unchanged=true", "allocator.inference.branch_tail_tokens=4",
+            "allocator.inference.branch_margin=0"]
+FAR = 20  # under an LOD2 gist: the zoom's first choice
+
+
+def _controller(margin: float):
+    torch.manual_seed(0)
+    ctrl = build_controller(load_config(TINY + SCENARIO + BRANCHED + [f"allocator.inference.scheduled_margin={margin}"]),
+                            device=torch.device("cpu"))
+    ctrl.begin_session(torch.randint(0, 50, (200,), generator=torch.Generator().manual_seed(0)))
+    ctrl.session_scores = lambda s: 0.5 * s.wc.overlap_mask(FAR, FAR + 1)
+    return ctrl
+
+
+def _fits(ctrl, monkeypatch, unchanged: float, zoom: float) -> None:
+    """The unchanged layout's fit (asked first) and LensNet's zoom's (second); every other path fits far worse."""
+    fits = iter([unchanged, zoom] + [-50.0] * 20)
+    monkeypatch.setattr(ctrl, "_tail_fit", lambda: next(fits))
+
+
+@pytest.mark.parametrize("margin, unchanged, zoom, scheduled, kept_zoom", [
+    (0.0, -5.0, -4.5, True, True),  # off: the better fit wins, scheduled or not
+    (1.0, -5.0, -4.5, False, True),  # at a question the margin does not apply
+    (1.0, -5.0, -4.5, True, False),  # the zoom fits better by 0.5 < 1: the unchanged layout stays
+    (1.0, -5.0, -3.5, True, True),  # by 1.5 > 1: the zoom is kept
+    (1.0, -5.0, -4.0, True, True)])  # by exactly the margin: a tie keeps the zoom, as without it
+def test_the_margin_decides_a_scheduled_refocus(monkeypatch, margin, unchanged, zoom, scheduled, kept_zoom):
+    ctrl = _controller(margin)
+    before = list(ctrl.session.wc.entries)
+    _fits(ctrl, monkeypatch, unchanged, zoom)
+    rec = ctrl.refocus(scheduled=scheduled)
+    assert bool(rec.edits) == kept_zoom and (ctrl.session.wc.entries != before) == kept_zoom
+    assert rec.branch == (0 if kept_zoom else len(rec.branch_fits) - 1)
+    ctrl.session.wc.validate()
+
+
+def _spy(monkeypatch) -> list[bool]:
+    seen: list[bool] = []
+    real = controller_module.run_refocus
+
+    def spy(s, scores_fn, fit_fn, scheduled=False):
+        seen.append(scheduled)
+        return real(s, scores_fn, fit_fn, scheduled)
+    monkeypatch.setattr(controller_module, "run_refocus", spy)
+    return seen
+
+
+def test_append_and_generate_refocus_on_schedule_and_a_call_does_not(monkeypatch):
+    ctrl = _controller(1.0)
+    seen = _spy(monkeypatch)
+    ctrl.refocus()
+    ctrl.append(torch.arange(4))  # refocus_interval = 4 in the tiny config
+    ctrl.generate(4, use_cache=False)
+    assert seen[0] is False and len(seen) >= 3 and all(seen[1:])
+
+
+@pytest.mark.parametrize("use_cache", [False, True])
+def test_a_sessions_first_refocus_is_its_prompts(monkeypatch, use_cache):
+    """A session never refocused: generate's first refocus (after the prompt and one token) is the question's, not
+    scheduled; the ones after it are; the same through ``append``."""
+    ctrl = _controller(1.0)
+    seen = _spy(monkeypatch)
+    ctrl.generate(9, use_cache=use_cache)
+    assert len(seen) >= 2 and seen[0] is False and all(seen[1:])
+    ctrl.begin_session(torch.arange(40) % 50)
+    seen.clear()
+    for tok in range(8):  # one at a time: refocuses after the 1st (40 prompt tokens unrefocused) and the 5th
+        ctrl.append(torch.tensor([tok]))
+    assert seen == [False, True]
+
+
+def test_the_session_read_refocuses_on_schedule(monkeypatch):
+    ctrl = _controller(1.0)
+    seen = _spy(monkeypatch)
+    cfg = ctrl.cfg
+    cfg.eval.session_tail = 12
+    session_read.session_losses(ctrl, cfg, torch.randint(0, 50, (120,), generator=torch.Generator().manual_seed(1)),
+                                "doc")
+    assert seen and seen[0] is False and len(seen) > 1 and all(seen[1:])  # the prefix's end is not on schedule
+
+
+@pytest.mark.parametrize("bad, match", [(["allocator.inference.scheduled_margin=-1"], "finite number"),
+                                        (["allocator.inference.scheduled_margin=inf"], "finite number"),
+                                        (["allocator.inference.scheduled_margin=true"], ""),  # OmegaConf's error
+                                        (["allocator.inference.branch_unchanged=false",
+                                          "allocator.inference.scheduled_margin=1"], "needs")])
+def test_scheduled_margin_config_errors(bad, match):
+    with pytest.raises(ConfigError, match=f"allocator.inference.scheduled_margin.*{match}"):
+        load_config(TINY + SCENARIO + BRANCHED + bad)
