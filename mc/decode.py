@@ -183,7 +183,9 @@ def generate(ctrl, n: int, *, sampler: Sampler | None = None, use_cache: bool = 
     """Decode ``n`` tokens into the controller's session (greedy unless ``sampler`` says otherwise).
 
     Each token is appended; every ``allocator.inference.refocus_interval`` tokens the allocator
-    refocuses (``on_refocus`` sees the session before and after), and with ``allocator.inference.refocus_check = k``
+    refocuses (``on_refocus`` sees the session before and after), first before the first token when one is due (a
+    prompt of at least that many tokens since the last refocus: its question is read focused), and with
+    ``allocator.inference.refocus_check = k``
     a refocus that made edits is checked k tokens later (:meth:`~mc.controller.MCController.check_refocus`; its
     time counts as the refocus's). Returns the ids ``[n]`` long.
     """
@@ -199,7 +201,34 @@ def generate(ctrl, n: int, *, sampler: Sampler | None = None, use_cache: bool = 
     out: list[int] = []
     t0 = time.perf_counter()
     refocus_s = 0.0
+    def refocus_now() -> tuple[Tensor | None, float]:
+        """One refocus with its hooks, record and cache rebuild: (the rebuilt logits or None, its seconds)."""
+        if on_refocus is not None:
+            on_refocus("before", s)
+        r0 = time.perf_counter()
+        entries_before = s.wc.entries
+        record = ctrl.refocus(scheduled=bool(s.refocus_log))  # the first, at the prompt's end, is the question's
+        rebuilt, logits = 0, None
+        if dec is not None:  # the rebuild is part of the refocus's cost: run it now, not in the next step
+            logits = dec.logits(s)
+            rebuilt = dec.last_recomputed
+        ms = (time.perf_counter() - r0) * 1e3
+        stats.refocus_ms.append(ms)
+        after = s.wc.entries
+        first = next((i for i, (a, b) in enumerate(zip(entries_before, after)) if a != b),
+                     min(len(entries_before), len(after)))
+        stats.refocus_log.append({"num_tokens": record.num_tokens, "iterations": record.iterations,
+                                  "edits": len(record.edits), "entries_before": len(entries_before),
+                                  "entries_after": len(after), "first_changed_entry": first,
+                                  "recomputed_entries": rebuilt, "ms": ms})
+        spent = time.perf_counter() - r0
+        if on_refocus is not None:
+            on_refocus("after", s)
+        return logits, spent
+
     pending: Tensor | None = None  # logits the post-refocus rebuild already produced
+    if n and s.tokens_since_refocus >= interval:  # due before the first token: a prompt's question is read focused
+        pending, refocus_s = refocus_now()
     for _ in range(n):
         if pending is not None:
             logits, pending = pending, None
@@ -224,26 +253,7 @@ def generate(ctrl, n: int, *, sampler: Sampler | None = None, use_cache: bool = 
             stats.check_ms.append((time.perf_counter() - r0) * 1e3)
             refocus_s += time.perf_counter() - r0
         if s.tokens_since_refocus >= interval:
-            if on_refocus is not None:
-                on_refocus("before", s)
-            r0 = time.perf_counter()
-            entries_before = s.wc.entries
-            record = ctrl.refocus(scheduled=bool(s.refocus_log))  # the first, at the prompt's end, is the question's
-            rebuilt = 0
-            if dec is not None:  # the rebuild is part of the refocus's cost: run it now, not in the next step
-                pending = dec.logits(s)
-                rebuilt = dec.last_recomputed
-            ms = (time.perf_counter() - r0) * 1e3
-            stats.refocus_ms.append(ms)
-            after = s.wc.entries
-            first = next((i for i, (a, b) in enumerate(zip(entries_before, after)) if a != b),
-                         min(len(entries_before), len(after)))
-            stats.refocus_log.append({"num_tokens": record.num_tokens, "iterations": record.iterations,
-                                      "edits": len(record.edits), "entries_before": len(entries_before),
-                                      "entries_after": len(after), "first_changed_entry": first,
-                                      "recomputed_entries": rebuilt, "ms": ms})
-            refocus_s += time.perf_counter() - r0
-            if on_refocus is not None:
-                on_refocus("after", s)
+            pending, spent = refocus_now()
+            refocus_s += spent
     stats.decode_s += time.perf_counter() - t0 - refocus_s
     return torch.tensor(out, dtype=torch.long)

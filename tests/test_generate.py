@@ -61,8 +61,9 @@ def test_cli_runs_on_a_run_folder(run_dir, tmp_path):
     assert rec["text"] == ByteTokenizer().decode(rec["tokens"])
     assert proc.stdout == rec["text"] + "\n"  # streamed token by token, the same text
     assert rec["prompt_tokens"] == 5 and rec["prompt_tokens_per_s"] > 0 and rec["decode_tokens_per_s"] > 0
-    # TINY refocuses every 4 tokens: the 5-token prompt is due at once, then every 4 new tokens
-    assert len(rec["refocus_ms"]) == len(rec["refocus_log"]) == 10
+    # TINY refocuses every 4 tokens: the 5-token prompt is due at once (refocused before the first token is drawn),
+    # then every 4 new tokens: 1 + 40 / 4
+    assert len(rec["refocus_ms"]) == len(rec["refocus_log"]) == 11 and rec["refocus_log"][0]["num_tokens"] == 5
     assert {"first_changed_entry", "recomputed_entries", "edits"} <= set(rec["refocus_log"][0])
     assert rec["refocus_checks"] == rec["check_ms"] == []  # allocator.inference.refocus_check is off by default
 

@@ -74,7 +74,7 @@ def test_append_and_generate_refocus_on_schedule_and_a_call_does_not(monkeypatch
 
 @pytest.mark.parametrize("use_cache", [False, True])
 def test_a_sessions_first_refocus_is_its_prompts(monkeypatch, use_cache):
-    """A session never refocused: generate's first refocus (after the prompt and one token) is the question's, not
+    """A session never refocused: generate's first refocus (before the first token) is the question's, not
     scheduled; the ones after it are; the same through ``append``."""
     ctrl = _controller(1.0)
     seen = _spy(monkeypatch)
