@@ -185,9 +185,8 @@ def generate(ctrl, n: int, *, sampler: Sampler | None = None, use_cache: bool = 
     Each token is appended; every ``allocator.inference.refocus_interval`` tokens the allocator
     refocuses (``on_refocus`` sees the session before and after), first before the first token when one is due (a
     prompt of at least that many tokens since the last refocus: its question is read focused), and with
-    ``allocator.inference.refocus_check = k``
-    a refocus that made edits is checked k tokens later (:meth:`~mc.controller.MCController.check_refocus`; its
-    time counts as the refocus's). Returns the ids ``[n]`` long.
+    ``allocator.inference.refocus_check = k`` a refocus that made edits is checked k tokens later
+    (:meth:`~mc.controller.MCController.check_refocus`; its time counts as the refocus's). Returns the ids ``[n]`` long.
     """
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise ValueError(f"generate: n must be an integer >= 0, got {n!r}")
@@ -201,6 +200,7 @@ def generate(ctrl, n: int, *, sampler: Sampler | None = None, use_cache: bool = 
     out: list[int] = []
     t0 = time.perf_counter()
     refocus_s = 0.0
+
     def refocus_now() -> tuple[Tensor | None, float]:
         """One refocus with its hooks, record and cache rebuild: (the rebuilt logits or None, its seconds)."""
         if on_refocus is not None:

@@ -33,9 +33,9 @@ helpers stay the only call sites of the (possibly compiled) nets.
   ``allocator.inference.branch_max_tokens = n > 0`` only a session of at most n tokens zooms other paths; a
   longer one's refocus is LensNet's zoom alone, or that zoom against the unchanged layout (:func:`branches_here`);
   with ``allocator.inference.scheduled_margin = m > 0``, in a refocus a session makes on its own schedule (every
-  ``refocus_interval`` appended or generated tokens, after its first refocus) the unchanged layout is kept unless a path fits by at least m
-  nats more: there no question says what to open, and a zoom that fits the newest tokens a little better most often
-  reads the text after it worse (obsidian Focus Allocator, "Scheduled margin");
+  ``refocus_interval`` appended or generated tokens, after its first refocus) the unchanged layout is kept unless a
+  path fits by at least m nats more: there no question says what to open, and a zoom that fits the newest tokens a
+  little better most often reads the text after it worse (obsidian Focus Allocator, "Scheduled margin");
 * with ``allocator.inference.token_anchor``, in a refocus that does not branch (LensNet's zoom alone, or against
   the unchanged layout), the token LensNet scores highest outside the recent tail, when it outscores 0 and every
   gist (:func:`token_anchor`), is protected from the zoom's trades for the cooldown (its block is marked as if just
@@ -268,8 +268,8 @@ def branches_here(inf: AllocatorInferenceConfig, num_tokens: int) -> bool:
 def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn, scheduled: bool = False
                 ) -> RefocusRecord:
     """A whole refocus (see the module docstring): zoom, branches, one cooldown tick. ``scheduled``: one a session
-    makes on its own schedule (``allocator.inference.scheduled_margin`` applies), not one called at a question. Returns its record
-    (``branch``: the path kept; ``branch_fits``: per path tried, empty with one branch). With
+    makes on its own schedule (``allocator.inference.scheduled_margin`` applies), not one called at a question.
+    Returns its record (``branch``: the path kept; ``branch_fits``: per path tried, empty with one branch). With
     ``allocator.inference.refocus_check`` a refocus that made edits leaves ``s.check``: the layout and allocator the
     session would hold had it made no edit (after the anchor and guard marks and the cooldown tick), which
     :func:`mc.layout_fit.check_refocus` weighs against its own once enough tokens are in."""
