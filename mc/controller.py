@@ -234,15 +234,15 @@ class MCController:
         if refocus and s.check_due():
             self.check_refocus()
         if refocus and s.tokens_since_refocus >= self.cfg.allocator.inference.refocus_interval:
-            self.refocus(scheduled=bool(s.refocus_log))  # a session's first refocus reads its prompt: not scheduled
+            self.refocus(scheduled=True)
 
     @torch.no_grad()
     def refocus(self, *, scheduled: bool = False) -> RefocusRecord:
-        """A LensNet-driven refocus (:mod:`mc.refocus`); ``scheduled``: a session's own, not one at a question."""
+        """A LensNet-driven refocus (:mod:`mc.refocus`); ``scheduled``: a session's own (not its first: the prompt's)."""
         s = self._require_session()
         if s.check is not None:  # a refocus not yet checked (allocator.inference.refocus_check): judged first
             self.check_refocus(force=True)
-        record = run_refocus(s, self.session_scores, self._tail_fit, scheduled)
+        record = run_refocus(s, self.session_scores, self._tail_fit, scheduled and bool(s.refocus_log))
         self.telemetry.emit({"kind": "refocus", "num_tokens": s.num_tokens, "iterations": record.iterations,
                              "edits": len(record.edits), "entries": len(s.wc), "branch": record.branch})
         return record

@@ -207,7 +207,7 @@ def generate(ctrl, n: int, *, sampler: Sampler | None = None, use_cache: bool = 
             on_refocus("before", s)
         r0 = time.perf_counter()
         entries_before = s.wc.entries
-        record = ctrl.refocus(scheduled=bool(s.refocus_log))  # the first, at the prompt's end, is the question's
+        record = ctrl.refocus(scheduled=True)  # the session's first, at the prompt's end, counts as the question's
         rebuilt, logits = 0, None
         if dec is not None:  # the rebuild is part of the refocus's cost: run it now, not in the next step
             logits = dec.logits(s)

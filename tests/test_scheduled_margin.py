@@ -13,6 +13,7 @@ from mc.build import build_controller
 from mc.config import ConfigError
 from mc.config_loading import load_config
 from mc.eval import session_read
+from mc.session import RefocusRecord
 
 BRANCHED = ["allocator.expand_top=1", "allocator.trade_margin_z=0.0", "allocator.inference.iterations=4",
             "allocator.inference.max_edits=2", "allocator.inference.edit_budget=6", "allocator.inference.branches=3",
@@ -44,6 +45,7 @@ def _fits(ctrl, monkeypatch, unchanged: float, zoom: float) -> None:
     (1.0, -5.0, -4.0, True, True)])  # by exactly the margin: a tie keeps the zoom, as without it
 def test_the_margin_decides_a_scheduled_refocus(monkeypatch, margin, unchanged, zoom, scheduled, kept_zoom):
     ctrl = _controller(margin)
+    ctrl.session.refocus_log.append(RefocusRecord(num_tokens=200, iterations=0))  # not the session's first refocus
     before = list(ctrl.session.wc.entries)
     _fits(ctrl, monkeypatch, unchanged, zoom)
     rec = ctrl.refocus(scheduled=scheduled)
