@@ -67,9 +67,10 @@ class AllocatorInferenceConfig:
     # refocus with edits (obsidian Focus Allocator, "Refocus check"). < mc.recent_tokens, <= refocus_interval; 0 = off.
     refocus_check: int = 0
     # m > 0 nats, with branch_unchanged: a refocus a session makes on its own schedule (every refocus_interval tokens
-    # appended or generated, after its first; not the first, at the prompt's end, nor one called directly, e.g. at a
-    # question) keeps the unchanged layout unless a path fits the newest tokens (and lookahead) better by at least m
-    # nats (obsidian Focus Allocator, "Scheduled margin"). 0 = off: the unchanged layout wins by any better fit.
+    # generated, or appended in chunks shorter than that, after its first) keeps the unchanged layout unless a path
+    # fits the newest tokens (and lookahead) better by at least m nats. Not a question's: a session's first, generate's
+    # before its first token, append's after a longer chunk, a direct refocus() call (obsidian Focus Allocator,
+    # "Scheduled margin"; Inference, "A later question"). 0 = off.
     scheduled_margin: float = 0.0
 
 

@@ -222,27 +222,28 @@ class MCController:
 
     @torch.no_grad()
     def append(self, ids: Tensor, *, refocus: bool = True) -> None:
-        """Append tokens; refocus every ``allocator.inference.refocus_interval`` tokens."""
+        """Append tokens; refocus every ``allocator.inference.refocus_interval`` tokens (after a chunk of that many
+        or more, a prompt, the refocus is its question's: not scheduled, see :meth:`refocus`)."""
         self._extend(token_ids(ids, self.cfg.model.vocab_size, "append").to(self.device), refocus)  # 1-D, in the vocabulary
 
     @torch.no_grad()
     def _extend(self, ids: Tensor, refocus: bool) -> None:
-        """:meth:`append` after its input checks; ``generate`` calls it directly with the token its sampler drew
-        from this model's logits (inside the vocabulary by construction: the check would cost a host sync)."""
-        s = self._require_session()
+        """:meth:`append` after its checks; ``generate`` calls it with its sampler's token (in the vocabulary)."""
+        s, every = self._require_session(), self.cfg.allocator.inference.refocus_interval
         s.extend(ids, self.base.embed(ids[None])[0])
         if refocus and s.check_due():
             self.check_refocus()
-        if refocus and s.tokens_since_refocus >= self.cfg.allocator.inference.refocus_interval:
-            self.refocus(scheduled=True)
+        if refocus and s.tokens_since_refocus >= every:
+            self.refocus(scheduled=ids.numel() < every)
 
     @torch.no_grad()
     def refocus(self, *, scheduled: bool = False) -> RefocusRecord:
-        """A LensNet-driven refocus (:mod:`mc.refocus`); ``scheduled``: a session's own (not its first: the prompt's)."""
+        """A LensNet refocus (:mod:`mc.refocus`); ``scheduled``: the session's own, else a question's (relaid after a prompt)."""
         s = self._require_session()
+        relaid = not scheduled and s.relayout_after_prompt()  # a later question is read as a session's first would be
         if s.check is not None:  # a refocus not yet checked (allocator.inference.refocus_check): judged first
             self.check_refocus(force=True)
-        record = run_refocus(s, self.session_scores, self._tail_fit, scheduled and bool(s.refocus_log))
+        record = run_refocus(s, self.session_scores, self._tail_fit, scheduled and bool(s.refocus_log), relaid)
         self.telemetry.emit({"kind": "refocus", "num_tokens": s.num_tokens, "iterations": record.iterations,
                              "edits": len(record.edits), "entries": len(s.wc), "branch": record.branch})
         return record
@@ -271,8 +272,7 @@ class MCController:
 
     @torch.no_grad()
     def generate(self, n: int, **kwargs) -> Tensor:
-        """Decode ``n`` tokens (greedy by default, KV cache on; refocus on schedule): ``[n]`` long.
-        Keywords (sampler, use_cache, on_token, on_refocus, stats): see :func:`mc.decode.generate`."""
+        """Decode ``n`` tokens ``[n]`` (greedy, KV cache, refocus on schedule; keywords: :func:`mc.decode.generate`)."""
         from mc.decode import generate  # noqa: PLC0415 - the decoder needs the controller, not vice versa
         return generate(self, n, **kwargs)
 

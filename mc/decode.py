@@ -184,7 +184,9 @@ def generate(ctrl, n: int, *, sampler: Sampler | None = None, use_cache: bool = 
 
     Each token is appended; every ``allocator.inference.refocus_interval`` tokens the allocator
     refocuses (``on_refocus`` sees the session before and after), first before the first token when one is due (a
-    prompt of at least that many tokens since the last refocus: its question is read focused), and with
+    prompt of at least that many tokens since the last refocus: its question is read focused; that refocus is a
+    question's, never a scheduled one, and in a session that refocused before it starts from a new session's layout:
+    obsidian Inference, "A later question"), and with
     ``allocator.inference.refocus_check = k`` a refocus that made edits is checked k tokens later
     (:meth:`~mc.controller.MCController.check_refocus`; its time counts as the refocus's). Returns the ids ``[n]`` long.
     """
@@ -201,13 +203,13 @@ def generate(ctrl, n: int, *, sampler: Sampler | None = None, use_cache: bool = 
     t0 = time.perf_counter()
     refocus_s = 0.0
 
-    def refocus_now() -> tuple[Tensor | None, float]:
+    def refocus_now(scheduled: bool) -> tuple[Tensor | None, float]:
         """One refocus with its hooks, record and cache rebuild: (the rebuilt logits or None, its seconds)."""
         if on_refocus is not None:
             on_refocus("before", s)
         r0 = time.perf_counter()
         entries_before = s.wc.entries
-        record = ctrl.refocus(scheduled=True)  # the session's first, at the prompt's end, counts as the question's
+        record = ctrl.refocus(scheduled=scheduled)
         rebuilt, logits = 0, None
         if dec is not None:  # the rebuild is part of the refocus's cost: run it now, not in the next step
             logits = dec.logits(s)
@@ -220,15 +222,17 @@ def generate(ctrl, n: int, *, sampler: Sampler | None = None, use_cache: bool = 
         stats.refocus_log.append({"num_tokens": record.num_tokens, "iterations": record.iterations,
                                   "edits": len(record.edits), "entries_before": len(entries_before),
                                   "entries_after": len(after), "first_changed_entry": first,
-                                  "recomputed_entries": rebuilt, "ms": ms})
+                                  "recomputed_entries": rebuilt, "relaid": record.relaid, "ms": ms})
         spent = time.perf_counter() - r0
         if on_refocus is not None:
             on_refocus("after", s)
         return logits, spent
 
     pending: Tensor | None = None  # logits the post-refocus rebuild already produced
-    if n and s.tokens_since_refocus >= interval:  # due before the first token: a prompt's question is read focused
-        pending, refocus_s = refocus_now()
+    # Due before the first token only when a prompt came in since the last refocus (the loop refocuses as soon as one
+    # is due): the question's refocus, never the session's own schedule (allocator.inference.scheduled_margin).
+    if n and s.tokens_since_refocus >= interval:
+        pending, refocus_s = refocus_now(scheduled=False)
     for _ in range(n):
         if pending is not None:
             logits, pending = pending, None
@@ -253,7 +257,7 @@ def generate(ctrl, n: int, *, sampler: Sampler | None = None, use_cache: bool = 
             stats.check_ms.append((time.perf_counter() - r0) * 1e3)
             refocus_s += time.perf_counter() - r0
         if s.tokens_since_refocus >= interval:
-            pending, spent = refocus_now()
+            pending, spent = refocus_now(scheduled=True)  # a session's first counts as its prompt's (MCController)
             refocus_s += spent
     stats.decode_s += time.perf_counter() - t0 - refocus_s
     return torch.tensor(out, dtype=torch.long)

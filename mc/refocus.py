@@ -265,10 +265,11 @@ def branches_here(inf: AllocatorInferenceConfig, num_tokens: int) -> bool:
     return inf.branches > 1 and (inf.branch_max_tokens == 0 or num_tokens <= inf.branch_max_tokens)
 
 
-def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn, scheduled: bool = False
-                ) -> RefocusRecord:
+def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn, scheduled: bool = False,
+                relaid: bool = False) -> RefocusRecord:
     """A whole refocus (see the module docstring): zoom, branches, one cooldown tick. ``scheduled``: one a session
-    makes on its own schedule (``allocator.inference.scheduled_margin`` applies), not one called at a question.
+    makes on its own schedule (``allocator.inference.scheduled_margin`` applies), not one called at a question;
+    ``relaid``: the caller gave the session a new session's layout first (kept in the record).
     Returns its record (``branch``: the path kept; ``branch_fits``: per path tried, empty with one branch). With
     ``allocator.inference.refocus_check`` a refocus that made edits leaves ``s.check``: the layout and allocator the
     session would hold had it made no edit (after the anchor and guard marks and the cooldown tick), which
@@ -329,6 +330,7 @@ def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn,
         record.iterations, record.edits = best.iterations, best.edits
     s.allocator.end_refocus()
     s.tokens_since_refocus = 0
+    record.relaid = relaid
     s.refocus_log.append(record)
     if inf.refocus_check and record.edits:  # a zoom was kept, so start_wc / start_allocator are as they started
         no_edit = start_allocator.copy()

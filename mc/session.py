@@ -37,6 +37,8 @@ class RefocusRecord:
     # the layout it would have left with no edit (empty until checked), and whether that one was kept (edits undone)
     check_fits: list[float] = field(default_factory=list)
     reverted: bool = False
+    # a question's refocus after a prompt started from a new session's layout (InferenceSession.relayout_after_prompt)
+    relaid: bool = False
 
 
 @dataclass
@@ -150,6 +152,27 @@ class InferenceSession:
                                  recent_tokens=mc.recent_tokens, room=mc.focus_room)
             wc, allocator = self._layout_append(wc, allocator, total, n, depth)
         return wc, allocator
+
+    def relayout_after_prompt(self) -> bool:
+        """Before a question's refocus (not a scheduled one): when the session has refocused before and at least
+        ``allocator.inference.refocus_interval`` tokens came in since (a prompt), the working context becomes the
+        layout a new session over the same history starts from (recency-graded, ``mc.focus_room`` free), the
+        allocator's cooldown marks are cleared and a pending refocus check is dropped. Returns whether it did.
+
+        Why: the appends since the last refocus only collapse what they must, oldest first, and skip the blocks that
+        refocus opened while they cool down (a cooldown counts refocuses, and a prompt appended in one piece makes
+        none). So after a long prompt the old zoom is still raw, nothing but it is left to trade, and the question's
+        refocus cannot open anything: a second question was answered with the first one's value (obsidian
+        Inference, "A later question")."""
+        if not self.refocus_log or self.tokens_since_refocus < self.cfg.allocator.inference.refocus_interval:
+            return False
+        mc, total = self.cfg.mc, self.num_tokens
+        depth = layout_depth(total, block_size=mc.block_size, min_lod=mc.max_lod, max_entries=mc.max_entries,
+                             recent_tokens=mc.recent_tokens, room=mc.focus_room)
+        wc = WorkingContext.build(total, fill=True, **self._wc_kwargs(depth))
+        wc.validate()
+        self.wc, self.allocator, self.check = wc, FocusAllocator(self.cfg.allocator), None
+        return True
 
     def check_due(self) -> bool:
         """Whether a refocus with edits waits for its check and ``allocator.inference.refocus_check`` tokens are in."""

@@ -58,9 +58,9 @@ def _spy(monkeypatch) -> list[bool]:
     seen: list[bool] = []
     real = controller_module.run_refocus
 
-    def spy(s, scores_fn, fit_fn, scheduled=False):
+    def spy(s, scores_fn, fit_fn, scheduled=False, relaid=False):
         seen.append(scheduled)
-        return real(s, scores_fn, fit_fn, scheduled)
+        return real(s, scores_fn, fit_fn, scheduled, relaid)
     monkeypatch.setattr(controller_module, "run_refocus", spy)
     return seen
 
@@ -69,9 +69,11 @@ def test_append_and_generate_refocus_on_schedule_and_a_call_does_not(monkeypatch
     ctrl = _controller(1.0)
     seen = _spy(monkeypatch)
     ctrl.refocus()
-    ctrl.append(torch.arange(4))  # refocus_interval = 4 in the tiny config
+    for tok in range(4):  # token by token (refocus_interval = 4 in the tiny config): a refocus on schedule
+        ctrl.append(torch.tensor([tok]))
     ctrl.generate(4, use_cache=False)
-    assert seen[0] is False and len(seen) >= 3 and all(seen[1:])
+    ctrl.append(torch.arange(4))  # a chunk of refocus_interval tokens or more is a prompt: its question's refocus
+    assert seen[0] is False and len(seen) >= 4 and all(seen[1:-1]) and seen[-1] is False
 
 
 @pytest.mark.parametrize("use_cache", [False, True])
@@ -87,6 +89,18 @@ def test_a_sessions_first_refocus_is_its_prompts(monkeypatch, use_cache):
     for tok in range(8):  # one at a time: refocuses after the 1st (40 prompt tokens unrefocused) and the 5th
         ctrl.append(torch.tensor([tok]))
     assert seen == [False, True]
+
+
+@pytest.mark.parametrize("use_cache", [False, True])
+def test_generate_reads_a_later_prompt_as_a_question(monkeypatch, use_cache):
+    """A session that has refocused before gets a new prompt (appended without a refocus): generate's refocus before
+    its first token is that prompt's question's, not scheduled; the ones in its loop are."""
+    ctrl = _controller(1.0)
+    ctrl.generate(9, use_cache=use_cache)  # refocuses: the prompt's, then on schedule
+    seen = _spy(monkeypatch)
+    ctrl.append(torch.arange(6) % 50, refocus=False)  # a second prompt, longer than refocus_interval = 4
+    ctrl.generate(9, use_cache=use_cache)
+    assert len(seen) >= 3 and seen[0] is False and all(seen[1:])
 
 
 def test_the_session_read_refocuses_on_schedule(monkeypatch):
