@@ -166,12 +166,10 @@ class InferenceSession:
         Inference, "A later question")."""
         if not self.refocus_log or self.tokens_since_refocus < self.cfg.allocator.inference.refocus_interval:
             return False
-        mc, total = self.cfg.mc, self.num_tokens
-        depth = layout_depth(total, block_size=mc.block_size, min_lod=mc.max_lod, max_entries=mc.max_entries,
-                             recent_tokens=mc.recent_tokens, room=mc.focus_room)
-        wc = WorkingContext.build(total, fill=True, **self._wc_kwargs(depth))
-        wc.validate()
-        self.wc, self.allocator, self.check = wc, FocusAllocator(self.cfg.allocator), None
+        # the tree already has the depth a new session over this history would build (extend grows it to that)
+        self.wc, self.allocator = self._layout_append(None, FocusAllocator(self.cfg.allocator), self.num_tokens, 0,
+                                                      self.tree.max_lod)
+        self.check = None
         return True
 
     def check_due(self) -> bool:
