@@ -70,7 +70,8 @@ class AllocatorInferenceConfig:
     # generated, or appended in chunks shorter than that, after its first) keeps the unchanged layout unless a path
     # fits the newest tokens (and lookahead) better by at least m nats. Not a question's: a session's first, generate's
     # before its first token, append's after a longer chunk, a direct refocus() call (obsidian Focus Allocator,
-    # "Scheduled margin"; Inference, "A later question"). 0 = off.
+    # "Scheduled margin"; Inference, "A later question"). 0 = off. (Margin or not, such a refocus that keeps no edit
+    # drops the token anchor's and suffix guard's cooldown marks it set: it leaves the session as it found it.)
     scheduled_margin: float = 0.0
 
 

@@ -35,7 +35,8 @@ helpers stay the only call sites of the (possibly compiled) nets.
   with ``allocator.inference.scheduled_margin = m > 0``, in a refocus a session makes on its own schedule (every
   ``refocus_interval`` appended or generated tokens, after its first refocus) the unchanged layout is kept unless a
   path fits by at least m nats more: there no question says what to open, and a zoom that fits the newest tokens a
-  little better most often reads the text after it worse (obsidian Focus Allocator, "Scheduled margin");
+  little better most often reads the text after it worse (obsidian Focus Allocator, "Scheduled margin"); such a
+  refocus that keeps no edit leaves the allocator as it was but for the cooldown clock (margin or not);
 * with ``allocator.inference.token_anchor``, in a refocus that does not branch (LensNet's zoom alone, or against
   the unchanged layout), the token LensNet scores highest outside the recent tail, when it outscores 0 and every
   gist (:func:`token_anchor`), is protected from the zoom's trades for the cooldown (its block is marked as if just
@@ -269,13 +270,18 @@ def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn,
                 relaid: bool = False) -> RefocusRecord:
     """A whole refocus (see the module docstring): zoom, branches, one cooldown tick. ``scheduled``: one a session
     makes on its own schedule (``allocator.inference.scheduled_margin`` applies), not one called at a question;
-    ``relaid``: the caller gave the session a new session's layout first (kept in the record).
+    ``relaid``: the caller gave the session a new session's layout first (kept in the record). A scheduled refocus
+    that keeps no edit changes nothing but the cooldown clock (its anchor and guard marks are dropped).
     Returns its record (``branch``: the path kept; ``branch_fits``: per path tried, empty with one branch). With
     ``allocator.inference.refocus_check`` a refocus that made edits leaves ``s.check``: the layout and allocator the
-    session would hold had it made no edit (after the anchor and guard marks and the cooldown tick), which
-    :func:`mc.layout_fit.check_refocus` weighs against its own once enough tokens are in."""
+    session would hold had it made no edit (after the cooldown tick, with the anchor and guard marks unless
+    scheduled), which :func:`mc.layout_fit.check_refocus` weighs against its own once enough tokens are in."""
     inf = s.cfg.allocator.inference
     branched = branches_here(inf, s.num_tokens)  # other zoom paths; the unchanged layout is a candidate at any length
+    # a scheduled refocus that keeps no edit leaves the session as it found it: the anchor's and guard's cooldown marks
+    # would otherwise outlast it and steer make_room through the text that follows, which cost corpus text more than
+    # it gave recall documents (obsidian Focus Allocator, "Scheduled margin")
+    unmarked = s.allocator.copy() if scheduled else None
     start_scores, anchor = None, None
     # only where LensNet's zoom stands alone (against the unchanged layout at most): where the refocus branches, the
     # base's fit already weighs several paths, and the anchor measured a loss there (obsidian Focus Allocator)
@@ -328,12 +334,15 @@ def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn,
                 record.branch = len(record.branch_fits) - 1
         best, s.wc, s.allocator = kept
         record.iterations, record.edits = best.iterations, best.edits
+    if unmarked is not None and not record.edits:
+        s.allocator = unmarked
     s.allocator.end_refocus()
     s.tokens_since_refocus = 0
     record.relaid = relaid
     s.refocus_log.append(record)
     if inf.refocus_check and record.edits:  # a zoom was kept, so start_wc / start_allocator are as they started
-        no_edit = start_allocator.copy()
+        # had a scheduled refocus kept no edit it would have left no marks (above): its undoing leaves none either
+        no_edit = (unmarked if unmarked is not None else start_allocator).copy()
         no_edit.end_refocus()
         s.check = PendingCheck(record, start_wc, no_edit)
     return record
