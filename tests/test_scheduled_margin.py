@@ -124,14 +124,9 @@ def test_scheduled_margin_config_errors(bad, match):
         load_config(TINY + SCENARIO + BRANCHED + bad)
 
 
-@pytest.mark.parametrize("scheduled, unchanged, zoom, marks_stay", [
-    (True, -5.0, -4.5, False),  # on schedule, no edit kept: the refocus leaves no mark behind
-    (True, -5.0, -3.5, True),  # on schedule, the zoom kept: its guard marks stay with it
-    (False, -5.0, -6.0, True)])  # at a question, no edit kept: the guard keeps the named record raw through the answer
-def test_a_scheduled_refocus_without_edits_leaves_no_marks(monkeypatch, scheduled, unchanged, zoom, marks_stay):
-    """The suffix guard (here scripted to one raw block) marks its blocks before the paths are weighed; a scheduled
-    refocus that keeps the unchanged layout drops those marks, so make_room is not steered by a refocus that changed
-    nothing. The cooldown clock ticks either way."""
+def _guarded_controller(monkeypatch):
+    """A later refocus's controller (cooldown 3) whose suffix guard is scripted to the first raw block; returns it and
+    the LOD0 entries the guard's marks cover."""
     ctrl = _controller(1.0)
     ctrl.cfg.allocator.cooldown = 3
     ctrl.cfg.allocator.inference.suffix_guard = 2
@@ -140,12 +135,24 @@ def test_a_scheduled_refocus_without_edits_leaves_no_marks(monkeypatch, schedule
     K = s.wc.block_size
     block = next(s.wc[i][1] // K for i in range(len(s.wc)) if s.wc[i][0] == 0)  # the first raw block
     monkeypatch.setattr(refocus_module, "suffix_guard_blocks", lambda sess, m: [block])
+    return ctrl, {(0, block * K + j) for j in range(K)}
+
+
+@pytest.mark.parametrize("scheduled, unchanged, zoom, marks_stay", [
+    (True, -5.0, -4.5, False),  # on schedule, no edit kept: the refocus leaves no mark behind
+    (True, -5.0, -3.5, True),  # on schedule, the zoom kept: its guard marks stay with it
+    (False, -5.0, -6.0, True)])  # at a question, no edit kept: the guard keeps the named record raw through the answer
+def test_a_scheduled_refocus_without_edits_leaves_no_marks(monkeypatch, scheduled, unchanged, zoom, marks_stay):
+    """The suffix guard (here scripted to one raw block) marks its blocks before the paths are weighed; a scheduled
+    refocus that keeps the unchanged layout drops those marks, so make_room is not steered by a refocus that changed
+    nothing. The cooldown clock ticks either way."""
+    ctrl, guarded = _guarded_controller(monkeypatch)
+    s = ctrl.session
     marks, clock = dict(s.allocator._expanded_into), s.allocator.clock
     _fits(ctrl, monkeypatch, unchanged, zoom)
     rec = ctrl.refocus(scheduled=scheduled)
     assert bool(rec.edits) == (zoom > unchanged + (1.0 if scheduled else 0.0))
     assert ctrl.session.allocator.clock == clock + 1
-    guarded = {(0, block * K + j) for j in range(K)}
     assert guarded <= set(ctrl.session.allocator._expanded_into) if marks_stay else \
         ctrl.session.allocator._expanded_into == marks
 
@@ -154,17 +161,9 @@ def test_a_scheduled_refocus_without_edits_leaves_no_marks(monkeypatch, schedule
 def test_the_check_of_a_scheduled_refocus_undoes_its_marks_too(monkeypatch, scheduled):
     """The refocus check's no-edit alternative is what the session would hold had the refocus kept no edit: for a
     scheduled one without the guard's marks (the rule above), for a question's with them."""
-    ctrl = _controller(1.0)
-    ctrl.cfg.allocator.cooldown = 3
-    ctrl.cfg.allocator.inference.suffix_guard = 2
+    ctrl, guarded = _guarded_controller(monkeypatch)
     ctrl.cfg.allocator.inference.refocus_check = 2
-    s = ctrl.session
-    s.refocus_log.append(RefocusRecord(num_tokens=200, iterations=0))
-    K = s.wc.block_size
-    block = next(s.wc[i][1] // K for i in range(len(s.wc)) if s.wc[i][0] == 0)
-    monkeypatch.setattr(refocus_module, "suffix_guard_blocks", lambda sess, m: [block])
     _fits(ctrl, monkeypatch, -5.0, -3.5)  # the zoom wins by more than the margin: edits, so a check is pending
     assert ctrl.refocus(scheduled=scheduled).edits and ctrl.session.check is not None
-    guarded = {(0, block * K + j) for j in range(K)}
     assert guarded <= set(ctrl.session.allocator._expanded_into)  # the kept zoom keeps them
     assert (guarded <= set(ctrl.session.check.allocator._expanded_into)) is not scheduled
