@@ -123,6 +123,11 @@ def test_sweep_runs_every_variant(filler):
     plans = [r["oracle_plan"] for r in res["rows"] if r["task"] == "passkey"]
     assert set(plans) <= set(ORACLE_RESTS) and len(plans) == 2
     assert f"Oracle plan kept (the better-read, ties the first): neighbours {plans.count('neighbours')}, " in md
+    each = [r["oracle_plans"] for r in res["rows"] if r["task"] == "passkey"]
+    assert all(set(e) == set(ORACLE_RESTS) for e in each)
+    assert all(r["oracle_plans"][r["oracle_plan"]] == r["score"]["oracle"] == max(r["oracle_plans"].values())
+               for r in res["rows"])  # the kept plan is the best-read one, and the oracle's score is its
+    assert f"Each oracle plan alone, documents' scores summed: neighbours {sum(e['neighbours'] for e in each):g}, " in md
     too_long = load_config(SUITE + ["eval.tasks.tasks=[passkey]", "eval.tasks.multiples=[40]"])  # 1280 > 1024 window
     res = run_task_suite(ctrl, too_long, source=filler)
     assert all("full" not in r["score"] for r in res["rows"])  # no full-context reference past the window
@@ -200,4 +205,5 @@ def test_the_oracle_keeps_the_plan_that_reads_best(monkeypatch):
         edits, (out, lod, answer_lod, entries) = suite._best_oracle(ctrl, doc, "snap", [(1, 2)], [(1, 2)], (3, 4),
                                                                     4, None, Tok(), row)
         assert tried == list(ORACLE_RESTS) and row["oracle_plan"] == kept
+        assert row["oracle_plans"] == {p: float(p in reads) for p in ORACLE_RESTS}
         assert out == ([42] if reads else [7]) and edits == 7 and entries == 5

@@ -199,16 +199,18 @@ def _best_oracle(ctrl, doc: TaskDoc, start: tuple, answering: list, cores: list,
     """The oracle's read: each plan of :data:`ORACLE_RESTS` from the prompt's snapshot ``start``, decoded, and the
     one whose answer scores best kept (ties: the first). An upper bound knows the answer; which of the plans a
     reader reads best through differs by reader and length (obsidian Evaluation, "The oracle"), so the bound is
-    the better of them. Sets ``row["oracle_plan"]``; returns ``(edits, (out, needle lod, answer lod, entries))``."""
-    best = None
+    the better of them. Sets ``row["oracle_plan"]`` and ``row["oracle_plans"]`` (each plan's own score: the bound takes
+    the best of several reads of one document, so where the reader is near chance it gains on any single layout, a
+    focus policy's included); returns ``(edits, (out, needle lod, answer lod, entries))``."""
+    best, scores = None, {}
     for rest in ORACLE_RESTS:
         ctrl.session.restore(start)
         edits = multi_span_oracle_refocus(ctrl, answering, core=cores, question=question, rest=rest)
         read = _read_session(ctrl, answering, cores, n_new, eos)
-        score = string_match_all(tok.decode(read[0]), doc.answers)
+        scores[rest] = score = string_match_all(tok.decode(read[0]), doc.answers)
         if best is None or score > best[0]:
             best = (score, rest, (edits, read))
-    row["oracle_plan"] = best[1]
+    row["oracle_plan"], row["oracle_plans"] = best[1], scores
     return best[2]
 
 
@@ -294,6 +296,10 @@ def _detail_line(res: dict, task: str) -> list[str]:
     if plans:  # older files have none
         out.append("Oracle plan kept (the better-read, ties the first): "
                    + ", ".join(f"{p} {plans.count(p)}" for p in ORACLE_RESTS) + f" of {len(plans)}.")
+    each = [r["oracle_plans"] for r in res.get("rows", []) if r["task"] == task and "oracle_plans" in r]
+    if each:  # files before 2026-12-07 have none
+        out.append("Each oracle plan alone, documents' scores summed: "
+                   + ", ".join(f"{p} {sum(e[p] for e in each):g}" for p in ORACLE_RESTS) + f" of {len(each)}.")
     return out
 
 
