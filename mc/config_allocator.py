@@ -73,6 +73,12 @@ class AllocatorInferenceConfig:
     # "Scheduled margin"; Inference, "A later question"). 0 = off. (Margin or not, such a refocus that keeps no edit
     # drops the token anchor's and suffix guard's cooldown marks it set: it leaves the session as it found it.)
     scheduled_margin: float = 0.0
+    # m > 0 nats, with branch_unchanged: the same margin for a refocus at a prompt's end (every refocus not on the
+    # session's schedule: a session's first, generate's before its first token, a direct refocus() call). The
+    # controller cannot tell a question from text to be continued there; a zoom that finds what a question asks for
+    # fits its answer by several nats, one made on plain text by less (obsidian Focus Allocator, "Prompt margin").
+    # 0 = off.
+    prompt_margin: float = 0.0
 
 
 @dataclass

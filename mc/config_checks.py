@@ -182,12 +182,13 @@ def validate(cfg: RunConfig) -> RunConfig:
     _positive("allocator.inference.branch_lookahead", al.inference.branch_lookahead, 0, " (0 = off)")
     _positive("allocator.inference.suffix_guard", al.inference.suffix_guard, 0, " (0 = off; else the shortest match in tokens)")
     _positive("allocator.inference.branch_max_tokens", al.inference.branch_max_tokens, 0, " (0 = any length)")
-    sm = al.inference.scheduled_margin
-    if isinstance(sm, bool) or not isinstance(sm, (int, float)) or not 0 <= sm < float("inf"):
-        _fail("allocator.inference.scheduled_margin", sm, "expected a finite number of nats >= 0 (0 = off)")
-    if sm > 0 and (al.inference.branch_unchanged is not True or al.inference.branches < 2):
-        _fail("allocator.inference.scheduled_margin", sm, "needs allocator.inference.branch_unchanged: true and "
-              "branches >= 2 (it is a margin for the unchanged layout's candidacy); set those or 0")
+    for key in ("scheduled_margin", "prompt_margin"):
+        sm = getattr(al.inference, key)
+        if isinstance(sm, bool) or not isinstance(sm, (int, float)) or not 0 <= sm < float("inf"):
+            _fail(f"allocator.inference.{key}", sm, "expected a finite number of nats >= 0 (0 = off)")
+        if sm > 0 and (al.inference.branch_unchanged is not True or al.inference.branches < 2):
+            _fail(f"allocator.inference.{key}", sm, "needs allocator.inference.branch_unchanged: true and "
+                  "branches >= 2 (it is a margin for the unchanged layout's candidacy); set those or 0")
     _positive("allocator.inference.refocus_check", al.inference.refocus_check, 0, " (0 = off)")
     rc = al.inference.refocus_check
     if rc and not rc < cfg.mc.recent_tokens:

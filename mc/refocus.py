@@ -36,7 +36,10 @@ helpers stay the only call sites of the (possibly compiled) nets.
   ``refocus_interval`` appended or generated tokens, after its first refocus) the unchanged layout is kept unless a
   path fits by at least m nats more: there no question says what to open, and a zoom that fits the newest tokens a
   little better most often reads the text after it worse (obsidian Focus Allocator, "Scheduled margin"); such a
-  refocus that keeps no edit leaves the allocator as it was but for the cooldown clock (margin or not);
+  refocus that keeps no edit leaves the allocator as it was but for the cooldown clock (margin or not); with
+  ``allocator.inference.prompt_margin = m > 0`` that margin for every other refocus (at a prompt's end: a question, or
+  text to continue, which the controller cannot tell apart; it keeps its marks; obsidian Focus Allocator, "Prompt
+  margin");
 * with ``allocator.inference.token_anchor``, in a refocus that does not branch (LensNet's zoom alone, or against
   the unchanged layout), the token LensNet scores highest outside the recent tail, when it outscores 0 and every
   gist (:func:`token_anchor`), is protected from the zoom's trades for the cooldown (its block is marked as if just
@@ -329,7 +332,7 @@ def run_refocus(s: InferenceSession, scores_fn: ScoreFn, tail_fit_fn: TailFitFn,
                 record.branch = len(record.branch_fits) - 1
         if start_fit is not None:  # last: ties keep a zoom
             record.branch_fits.append(start_fit)
-            if start_fit + (inf.scheduled_margin if scheduled else 0.0) > kept_fit:
+            if start_fit + (inf.scheduled_margin if scheduled else inf.prompt_margin) > kept_fit:
                 kept = (RefocusRecord(num_tokens=s.num_tokens, iterations=0), start_wc, start_allocator)
                 record.branch = len(record.branch_fits) - 1
         best, s.wc, s.allocator = kept

@@ -28,7 +28,8 @@ def test_long_corpus_is_long_with_harder_documents():
     """long_corpus changes what its documents look like (stage-2 records anywhere included), how a branched
     refocus picks its layout (the lookahead fit, no margin, other zoom paths only up to 1536 tokens, a token anchor
     past them with the zoom cut at its record as a candidate, a guard on the raw record the question repeats), when a
-    session undoes a refocus (the refocus check at 15, long's off), how far a zoom
+    session undoes a refocus (the refocus check at 15, long's off) and when a refocus keeps the layout (a 1-nat margin
+    for the unchanged layout, on schedule and at a prompt), how far a zoom
     grows its first opened block and how many edits a path makes (12, long's 10), when
     an inference session adds a level (focus_room) and the sweep's read budget and lengths, and adds LensNet's token
     index with its twin query and loss, gates stage 1 at a query loss of 0.01 (long's 0.1) and trains stage 2 for 2400
@@ -41,9 +42,10 @@ def test_long_corpus_is_long_with_harder_documents():
     assert {k: hard["data"]["recall"][k] for k in changed} == changed
     picked = {"branch_lookahead": 3, "branch_margin": 0.0, "edge_sides": 3, "edit_budget": 12, "branch_max_tokens": 1536,
               "token_anchor": True, "anchor_path": True, "suffix_guard": 3, "refocus_check": 15,
-              "scheduled_margin": 1.0}
+              "scheduled_margin": 1.0, "prompt_margin": 1.0}
     assert {k: hard["allocator"]["inference"][k] for k in picked} == picked
-    assert long["allocator"]["inference"]["refocus_check"] == 0 and long["allocator"]["inference"]["scheduled_margin"] == 0
+    assert {k: long["allocator"]["inference"][k] for k in ("refocus_check", "scheduled_margin", "prompt_margin")} == \
+        {"refocus_check": 0, "scheduled_margin": 0, "prompt_margin": 0}
     read = {"budget": 112, "multiples": [4, 16, 32, 64, 128, 256]}
     assert {k: hard["eval"]["long_range"][k] for k in read} == read and hard["mc"]["focus_room"] == 32
     assert hard["lensnet"]["token_index"] == 32 and long["lensnet"]["token_index"] == 0

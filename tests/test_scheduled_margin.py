@@ -1,7 +1,8 @@
 """Scheduled margin (``allocator.inference.scheduled_margin``): in a refocus a session makes on its own schedule the
 unchanged layout is kept unless a path fits the newest tokens better by the margin; a refocus called at a question
-keeps the plain rule. Tiny controller of ``tests/test_suffix_guard.py`` (K=4, full working context, a branched
-search whose fits are scripted), and who passes ``scheduled``: ``append``, ``generate`` and the session read."""
+keeps the plain rule, or ``allocator.inference.prompt_margin`` when that is set. Tiny controller of
+``tests/test_suffix_guard.py`` (K=4, full working context, a branched search whose fits are scripted), and who passes
+``scheduled``: ``append``, ``generate`` and the session read."""
 from __future__ import annotations
 
 import pytest
@@ -23,10 +24,10 @@ BRANCHED = ["allocator.expand_top=1", "allocator.trade_margin_z=0.0", "allocator
 FAR = 20  # under an LOD2 gist: the zoom's first choice
 
 
-def _controller(margin: float):
+def _controller(margin: float, prompt_margin: float = 0.0):
     torch.manual_seed(0)
-    ctrl = build_controller(load_config(TINY + SCENARIO + BRANCHED + [f"allocator.inference.scheduled_margin={margin}"]),
-                            device=torch.device("cpu"))
+    margins = [f"allocator.inference.scheduled_margin={margin}", f"allocator.inference.prompt_margin={prompt_margin}"]
+    ctrl = build_controller(load_config(TINY + SCENARIO + BRANCHED + margins), device=torch.device("cpu"))
     ctrl.begin_session(torch.randint(0, 50, (200,), generator=torch.Generator().manual_seed(0)))
     ctrl.session_scores = lambda s: 0.5 * s.wc.overlap_mask(FAR, FAR + 1)
     return ctrl
@@ -53,6 +54,33 @@ def test_the_margin_decides_a_scheduled_refocus(monkeypatch, margin, unchanged, 
     assert bool(rec.edits) == kept_zoom and (ctrl.session.wc.entries != before) == kept_zoom
     assert rec.branch == (0 if kept_zoom else len(rec.branch_fits) - 1)
     ctrl.session.wc.validate()
+
+
+@pytest.mark.parametrize("scheduled_margin, prompt_margin, zoom, scheduled, kept_zoom", [
+    (0.0, 1.0, -4.5, False, False),  # at a prompt's end: the zoom fits better by 0.5 < 1, the unchanged layout stays
+    (0.0, 1.0, -3.5, False, True),  # by 1.5 > 1: the zoom is kept
+    (0.0, 1.0, -4.5, True, True),  # on schedule the prompt margin does not apply
+    (2.0, 1.0, -3.5, True, False),  # there the scheduled margin does: 1.5 < 2
+    (2.0, 1.0, -3.5, False, True)])  # and not at a prompt's end
+def test_the_prompt_margin_decides_a_refocus_not_on_schedule(monkeypatch, scheduled_margin, prompt_margin, zoom,
+                                                              scheduled, kept_zoom):
+    """``allocator.inference.prompt_margin``: the unchanged layout's margin in every refocus not on the session's
+    schedule (its first, a question's, a direct call), beside ``scheduled_margin`` for the others."""
+    ctrl = _controller(scheduled_margin, prompt_margin)
+    ctrl.session.refocus_log.append(RefocusRecord(num_tokens=200, iterations=0))  # so `scheduled` is passed through
+    before = list(ctrl.session.wc.entries)
+    _fits(ctrl, monkeypatch, -5.0, zoom)
+    rec = ctrl.refocus(scheduled=scheduled)
+    assert bool(rec.edits) == kept_zoom and (ctrl.session.wc.entries != before) == kept_zoom
+    ctrl.session.wc.validate()
+
+
+def test_a_sessions_first_refocus_takes_the_prompt_margin(monkeypatch):
+    """A session's first refocus is its prompt's even when called as scheduled: the prompt margin decides it."""
+    ctrl = _controller(0.0, 1.0)
+    before = list(ctrl.session.wc.entries)
+    _fits(ctrl, monkeypatch, -5.0, -4.5)
+    assert not ctrl.refocus(scheduled=True).edits and ctrl.session.wc.entries == before
 
 
 def _spy(monkeypatch) -> list[bool]:
@@ -121,6 +149,15 @@ def test_the_session_read_refocuses_on_schedule(monkeypatch):
                                           "allocator.inference.scheduled_margin=1"], "needs")])
 def test_scheduled_margin_config_errors(bad, match):
     with pytest.raises(ConfigError, match=f"allocator.inference.scheduled_margin.*{match}"):
+        load_config(TINY + SCENARIO + BRANCHED + bad)
+
+
+@pytest.mark.parametrize("bad, match", [(["allocator.inference.prompt_margin=-0.5"], "finite number"),
+                                        (["allocator.inference.prompt_margin=nan"], "finite number"),
+                                        (["allocator.inference.branch_unchanged=false", "allocator.inference.prompt_margin=1"],
+                                         "needs")])
+def test_prompt_margin_config_errors(bad, match):
+    with pytest.raises(ConfigError, match=f"allocator.inference.prompt_margin.*{match}"):
         load_config(TINY + SCENARIO + BRANCHED + bad)
 
 
