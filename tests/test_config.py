@@ -25,8 +25,7 @@ def test_presets_resolve(preset):
 
 
 def test_long_corpus_is_long_with_harder_documents():
-    """long_corpus changes what its documents look like (stage-1 records up to the question and stage-2 records
-    anywhere included), how a branched
+    """long_corpus changes what its documents look like (stage-2 records anywhere included), how a branched
     refocus picks its layout (the lookahead fit, no margin, other zoom paths only up to 1536 tokens, a token anchor
     past them with the zoom cut at its record as a candidate, a guard on the raw record the question repeats), when a
     session undoes a refocus (the refocus check at 15, long's off) and when a refocus keeps the layout (a 1-nat margin
@@ -38,7 +37,7 @@ def test_long_corpus_is_long_with_harder_documents():
     of the nets, the geometry, training and the rest of the allocator and the sweep are the long preset's."""
     long, hard = to_dict(load_config(["preset=long"])), to_dict(load_config(["preset=long_corpus"]))
     changed = {"haystack": "corpus", "eval_template": "{k} is {v}", "key_lens": [2, 3], "near_decoys": True,
-               "records_region": 0.65, "stage1_min_tokens": 48, "stage2_records_region": 0.97,
+               "stage1_min_tokens": 48, "stage2_records_region": 0.97,
                "templates": ["{k}={v}", "{k}: {v}", "{k} -> {v}", "set {k} to {v}", *["{k}{s}{v}"] * 4]}
     assert {k: hard["data"]["recall"][k] for k in changed} == changed
     picked = {"branch_lookahead": 3, "branch_margin": 0.0, "edge_sides": 3, "edit_budget": 12, "branch_max_tokens": 1536,
