@@ -74,10 +74,9 @@ class AllocatorInferenceConfig:
     # drops the token anchor's and suffix guard's cooldown marks it set: it leaves the session as it found it.)
     scheduled_margin: float = 0.0
     # m > 0 nats, with branch_unchanged: the same margin for a refocus at a prompt's end (every refocus not on the
-    # session's schedule: the ones scheduled_margin above names as not a question's). The
-    # controller cannot tell a question from text to be continued there; a zoom that finds what a question asks for
-    # fits its answer by several nats, one made on plain text by less (obsidian Focus Allocator, "Prompt margin").
-    # 0 = off.
+    # session's schedule: the ones scheduled_margin above lists as a question's). The controller cannot tell a
+    # question from text to be continued there; a zoom that finds what a question asks for fits its answer by several
+    # nats, one made on plain text by less (obsidian Focus Allocator, "Prompt margin"). 0 = off.
     prompt_margin: float = 0.0
 
 
