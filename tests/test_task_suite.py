@@ -118,6 +118,7 @@ def test_sweep_runs_every_variant(filler):
     md = to_markdown(res)
     assert "**passkey**" in md and "| oracle |" in md and "16x W, depth 0.8" in md
     assert f"Refocus search: iterations {cfg.allocator.inference.iterations}, " in md
+    assert res["positions"] == cfg.mc.positions and f"tokens, {cfg.mc.positions} positions, " in md  # how it read
     n_at0 = sum(r["answer_lod"]["oracle"] == 0 for r in res["rows"] if r["task"] == "passkey")
     assert f"oracle {n_at0}/2 (" in md and "At LOD0 when the answer began" in md
     plans = [r["oracle_plan"] for r in res["rows"] if r["task"] == "passkey"]

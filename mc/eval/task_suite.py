@@ -134,7 +134,9 @@ def run_task_suite(ctrl, cfg: RunConfig, *, progress: bool = False, source=None)
         rows.append(_read_doc(ctrl, cfg, doc, mult, depth, k, variants, tok, window))
         bar.update(1)
     bar.close()
-    return {"budget": budget, "base_window": window, "tasks": list(ts.tasks), "multiples": list(ts.multiples),
+    # positions: the reader's numbering of the entries (mc.positions) decides how far it reads (obsidian Positions)
+    return {"budget": budget, "base_window": window, "positions": cfg.mc.positions, "tasks": list(ts.tasks),
+            "multiples": list(ts.multiples),
             "lengths": [m * budget for m in ts.multiples], "depths": list(ts.depths), "variants": variants,
             "depth_jitter": ts.depth_jitter, "n_per_cell": ts.n_per_cell, "seconds": round(time.time() - t0, 2),
             "draw_seed": draw_seed(cfg), "refocus": to_dict(cfg.allocator.inference),  # the search `focused` used
@@ -260,7 +262,8 @@ def to_markdown(res: dict) -> str:
     the compression (history / entries read)."""
     if not res:
         return ""
-    lines = [f"Task suite: budget W = {res['budget']} entries, base window {res['base_window']} tokens, "
+    lines = [f"Task suite: budget W = {res['budget']} entries, base window {res['base_window']} tokens"
+             + (f", {res['positions']} positions" if res.get("positions") else "") + ", "  # older files: none
              f"{res['n_per_cell']} documents per cell (depth buckets +- {res['depth_jitter']}), greedy decoding "
              f"scored by string_match_all; {res['seconds']} s. Each cell: score [95% interval] (compression)."
              + (f" Documents seeded by draw {res['draw_seed']}." if res.get("draw_seed") is not None else "")
