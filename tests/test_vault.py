@@ -1,5 +1,5 @@
 """The docs vault holds together: every ``[[link]]`` in ``obsidian/`` names a note that exists, and every
-``bench/results/...`` path a note cites is in the repository.
+dated ``bench/results/<date>-...`` path a note cites is in the repository.
 
 Obsidian resolves a link by note name; a link wrapped across two lines (``[[Focus`` / ``Allocator]]``) renders
 as plain text, so a reader following the vault hits a dead end where the author meant a pointer.
