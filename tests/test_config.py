@@ -75,6 +75,10 @@ def test_real_model_presets_resolve(preset):
     cfg = load_config([f"preset={preset}"])
     assert cfg.preset == preset and cfg.model.source == "hf" and cfg.model.hf_path.startswith("pypi:")
     assert cfg.mc.history_tokens <= cfg.model.max_seq_len  # what distillation needs: the teacher within its window
+    if preset in ("smollm2_cpu", "h100_smollm2"):
+        assert cfg.mc.positions == "slots"  # entry i at position i; bounded missed needles (obsidian Positions)
+    if preset == "smollm2_cpu":
+        assert cfg.allocator.expand_top == 1  # the gist LensNet ranks first is a candidate (obsidian Focus Allocator)
     if preset == "h100_smollm2":
         assert cfg.mc.max_entries == 2048 and cfg.mc.block_size == 32 and cfg.train.device == "cuda"
         assert cfg.model.hf_dtype == "bfloat16"  # flash attention; float32 made the step 3.3x slower (obsidian Training)
